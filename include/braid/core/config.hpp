@@ -1,0 +1,39 @@
+// braid/core/config.hpp — compiler and host/device configuration.
+// Compiles with any C++20 host compiler; under nvcc the BRAID_HD functions become __host__ __device__.
+#pragma once
+
+#define BRAID_VERSION_MAJOR 0
+#define BRAID_VERSION_MINOR 1
+#define BRAID_VERSION_PATCH 0
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define BRAID_HD __host__ __device__ inline
+#define BRAID_DEVICE __device__ inline
+#define BRAID_HAS_DEVICE_COMPILER 1
+#else
+#define BRAID_HD inline
+#define BRAID_DEVICE inline
+#define BRAID_HAS_DEVICE_COMPILER 0
+#endif
+
+#if defined(__CUDA_ARCH__)
+#define BRAID_DEVICE_PASS 1
+#else
+#define BRAID_DEVICE_PASS 0
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define BRAID_RESTRICT __restrict__
+#define BRAID_LIKELY(x) __builtin_expect(!!(x), 1)
+#define BRAID_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define BRAID_RESTRICT
+#define BRAID_LIKELY(x) (x)
+#define BRAID_UNLIKELY(x) (x)
+#endif
+
+namespace braid {
+// Bytes between independently written control words: two cache lines, so that adjacent-line
+// prefetch on x86 does not make two ranks' flags share traffic.
+inline constexpr unsigned control_stride = 128;
+} // namespace braid
