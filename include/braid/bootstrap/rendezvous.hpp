@@ -1,0 +1,326 @@
+// braid/bootstrap/rendezvous.hpp — how the processes of a host communicator find each other.
+//
+// Rank 0 listens on an abstract-namespace Unix socket named from the unique id (no file is created, so
+// nothing is left behind whatever happens to the processes); the others connect, retrying until the
+// deadline, and send a hello carrying the id's secret. Rank 0 checks each hello (secret, rank, size, and
+// that the peer runs as the same user, via SO_PEERCRED), creates the shared segment as a memfd (it has
+// no name in /dev/shm at all and disappears when the last process unmaps it, also after SIGKILL), and
+// passes its file descriptor to every rank with SCM_RIGHTS. The listening socket is closed as soon as
+// everyone has joined.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "../core/error.hpp"
+#include "unique_id.hpp"
+#include "wire.hpp"
+
+namespace braid::host {
+
+// Owns a mapping (and the descriptor it came from, if any).
+class mapped_memory {
+public:
+  mapped_memory() = default;
+  mapped_memory(void* base, std::size_t bytes, int fd) : base_(base), bytes_(bytes), fd_(fd) {}
+  mapped_memory(mapped_memory&& o) noexcept { swap(o); }
+  mapped_memory& operator=(mapped_memory&& o) noexcept { reset(); swap(o); return *this; }
+  mapped_memory(const mapped_memory&) = delete;
+  mapped_memory& operator=(const mapped_memory&) = delete;
+  ~mapped_memory() { reset(); }
+
+  std::byte* data() const { return static_cast<std::byte*>(base_); }
+  std::size_t size() const { return bytes_; }
+  int fd() const { return fd_; }
+  void reset() {
+    if (base_) ::munmap(base_, bytes_);
+    if (fd_ >= 0) ::close(fd_);
+    base_ = nullptr;
+    bytes_ = 0;
+    fd_ = -1;
+  }
+
+  static mapped_memory anonymous(std::size_t bytes) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) braid::detail::raise_errno("mmap(anonymous)", __FILE__, __LINE__, errno);
+    return mapped_memory(p, bytes, -1);
+  }
+  static mapped_memory create_shared(std::size_t bytes, const char* label) {
+    const int fd = static_cast<int>(::syscall(SYS_memfd_create, label, MFD_CLOEXEC));
+    if (fd < 0) braid::detail::raise_errno("memfd_create", __FILE__, __LINE__, errno);
+    if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      const int e = errno;
+      ::close(fd);
+      braid::detail::raise_errno("ftruncate(memfd)", __FILE__, __LINE__, e);
+    }
+    return map_shared(fd, bytes);
+  }
+  // Takes ownership of fd.
+  static mapped_memory map_shared(int fd, std::size_t bytes) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      const int e = errno;
+      ::close(fd);
+      braid::detail::raise_errno("mmap(shared)", __FILE__, __LINE__, e);
+    }
+    return mapped_memory(p, bytes, fd);
+  }
+
+private:
+  void swap(mapped_memory& o) noexcept {
+    std::swap(base_, o.base_);
+    std::swap(bytes_, o.bytes_);
+    std::swap(fd_, o.fd_);
+  }
+  void* base_ = nullptr;
+  std::size_t bytes_ = 0;
+  int fd_ = -1;
+};
+
+class socket_fd {
+public:
+  socket_fd() = default;
+  explicit socket_fd(int fd) : fd_(fd) {}
+  socket_fd(socket_fd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  socket_fd& operator=(socket_fd&& o) noexcept { if (this != &o) { close(); fd_ = o.fd_; o.fd_ = -1; } return *this; }
+  ~socket_fd() { close(); }
+  int get() const { return fd_; }
+  void close() { if (fd_ >= 0) ::close(fd_); fd_ = -1; }
+private:
+  int fd_ = -1;
+};
+
+namespace detail {
+
+using clock = std::chrono::steady_clock;
+
+inline int ms_left(clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
+  return left <= 0 ? 0 : static_cast<int>(left > 1000 ? 1000 : left);
+}
+
+inline sockaddr_un abstract_address(const std::string& name, socklen_t& len) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  a.sun_path[0] = '\0';
+  std::memcpy(a.sun_path + 1, name.data(), name.size());
+  len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  return a;
+}
+
+[[noreturn]] inline void rendezvous_timeout(int rank, const std::string& what) {
+  error_context c;
+  c.rank = rank;
+  c.collective = "rendezvous";
+  raise(errc::timeout, what + " before the deadline (BRAID_TIMEOUT / options::timeout)", c);
+}
+
+// Sends all bytes (and, with the first byte, an optional descriptor).
+inline void send_all(int fd, const std::vector<std::byte>& buf, int pass_fd, clock::time_point deadline, int rank) {
+  std::size_t off = 0;
+  while (off < buf.size()) {
+    msghdr mh{};
+    iovec iov{const_cast<std::byte*>(buf.data() + off), buf.size() - off};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
+    if (pass_fd >= 0 && off == 0) {
+      std::memset(ctrl, 0, sizeof ctrl);
+      mh.msg_control = ctrl;
+      mh.msg_controllen = sizeof ctrl;
+      cmsghdr* cm = CMSG_FIRSTHDR(&mh);
+      cm->cmsg_level = SOL_SOCKET;
+      cm->cmsg_type = SCM_RIGHTS;
+      cm->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+    }
+    const ssize_t n = ::sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        pollfd p{fd, POLLOUT, 0};
+        if (::poll(&p, 1, ms_left(deadline)) == 0 && clock::now() > deadline) rendezvous_timeout(rank, "could not send");
+        continue;
+      }
+      braid::detail::raise_errno("sendmsg", __FILE__, __LINE__, errno);
+    }
+    off += static_cast<std::size_t>(n);
+  }
+}
+
+// Receives exactly n bytes; collects at most one passed descriptor into *got_fd.
+inline void recv_all(int fd, std::byte* buf, std::size_t n, int* got_fd, clock::time_point deadline, int rank) {
+  std::size_t off = 0;
+  while (off < n) {
+    pollfd p{fd, POLLIN, 0};
+    const int pr = ::poll(&p, 1, ms_left(deadline));
+    if (pr == 0) {
+      if (clock::now() > deadline) rendezvous_timeout(rank, "a rendezvous message did not arrive");
+      continue;
+    }
+    if (pr < 0) {
+      if (errno == EINTR) continue;
+      braid::detail::raise_errno("poll", __FILE__, __LINE__, errno);
+    }
+    msghdr mh{};
+    iovec iov{buf + off, n - off};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int) * 4)];
+    mh.msg_control = ctrl;
+    mh.msg_controllen = sizeof ctrl;
+    const ssize_t got = ::recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (got < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      braid::detail::raise_errno("recvmsg", __FILE__, __LINE__, errno);
+    }
+    for (cmsghdr* cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+      if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+      const std::size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (std::size_t i = 0; i < k; ++i) {
+        int f;
+        std::memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+        if (got_fd && *got_fd < 0) *got_fd = f;
+        else ::close(f); // unexpected extra descriptors are dropped
+      }
+    }
+    if (got == 0) raise(errc::protocol, "rendezvous peer closed the connection");
+    off += static_cast<std::size_t>(got);
+  }
+}
+
+template <class Parse>
+auto recv_message(int fd, wire::msg_type t, int* got_fd, clock::time_point deadline, int rank, Parse parse) {
+  std::byte hb[sizeof(wire::header)];
+  recv_all(fd, hb, sizeof hb, got_fd, deadline, rank);
+  const std::uint32_t len = wire::parse_header(hb, sizeof hb, t);
+  std::vector<std::byte> payload(len);
+  recv_all(fd, payload.data(), len, got_fd, deadline, rank);
+  return parse(payload.data(), payload.size());
+}
+
+} // namespace detail
+
+struct rendezvous_result {
+  mapped_memory segment;
+  std::vector<std::int32_t> pids;
+  std::uint64_t half_bytes = 0, p2p_bytes = 0;
+  bool created = false; // this rank created (and must initialise) the segment
+};
+
+// Joins the processes of one communicator. `layout_bytes(nranks)` gives the segment size rank 0
+// creates; half_bytes/p2p_bytes are rank 0's choice and are handed to everyone.
+// `init(base)` prepares the fresh segment on rank 0 before anyone else can see it.
+template <class LayoutFn, class InitFn>
+rendezvous_result rendezvous(const unique_id& id, int rank, int nranks, std::uint64_t half_bytes,
+                             std::uint64_t p2p_bytes, LayoutFn layout_bytes, InitFn init, std::chrono::nanoseconds timeout) {
+  using namespace detail;
+  const auto deadline = clock::now() + timeout;
+  socklen_t alen = 0;
+  const sockaddr_un addr = abstract_address(id.socket_name(), alen);
+  rendezvous_result res;
+  res.pids.assign(static_cast<std::size_t>(nranks), 0);
+  res.pids[static_cast<std::size_t>(rank)] = static_cast<std::int32_t>(::getpid());
+
+  if (rank == 0) {
+    socket_fd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (listener.get() < 0) braid::detail::raise_errno("socket", __FILE__, __LINE__, errno);
+    if (::bind(listener.get(), reinterpret_cast<const sockaddr*>(&addr), alen) != 0) {
+      if (errno == EADDRINUSE)
+        raise(errc::invalid_usage, "another rank 0 is already using this unique id on this host");
+      braid::detail::raise_errno("bind", __FILE__, __LINE__, errno);
+    }
+    if (::listen(listener.get(), 128) != 0) braid::detail::raise_errno("listen", __FILE__, __LINE__, errno);
+    std::vector<socket_fd> peers(static_cast<std::size_t>(nranks));
+    int joined = 1;
+    while (joined < nranks) {
+      pollfd p{listener.get(), POLLIN, 0};
+      const int pr = ::poll(&p, 1, ms_left(deadline));
+      if (pr <= 0) {
+        if (pr < 0 && errno != EINTR) braid::detail::raise_errno("poll", __FILE__, __LINE__, errno);
+        if (clock::now() > deadline)
+          rendezvous_timeout(0, "only " + std::to_string(joined) + " of " + std::to_string(nranks) + " ranks joined");
+        continue;
+      }
+      socket_fd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (conn.get() < 0) continue;
+      ucred cred{};
+      socklen_t cl = sizeof cred;
+      if (::getsockopt(conn.get(), SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 || cred.uid != ::getuid()) continue;
+      wire::hello h{};
+      try {
+        // A connection that sends nothing useful must not stall the others for long.
+        const auto d = std::min(deadline, clock::now() + std::chrono::seconds(5));
+        h = recv_message(conn.get(), wire::msg_type::hello, nullptr, d, 0, wire::parse_hello);
+      } catch (const error&) {
+        continue; // foreign or corrupt: drop that connection, keep waiting for real ranks
+      }
+      if (std::memcmp(h.secret, id.secret.data(), 16) != 0 || h.nranks != nranks || h.rank == 0 ||
+          peers[static_cast<std::size_t>(h.rank)].get() >= 0)
+        continue;
+      res.pids[static_cast<std::size_t>(h.rank)] = h.pid;
+      peers[static_cast<std::size_t>(h.rank)] = std::move(conn);
+      ++joined;
+    }
+    listener.close(); // the name disappears now
+    res.segment = mapped_memory::create_shared(layout_bytes(nranks), "braid-segment");
+    res.created = true;
+    init(res.segment.data());
+    wire::welcome w;
+    w.fixed = wire::welcome_fixed{res.segment.size(), half_bytes, p2p_bytes, nranks, 0};
+    w.pids = res.pids;
+    const auto msg = wire::encode_welcome(w);
+    for (int r = 1; r < nranks; ++r) send_all(peers[static_cast<std::size_t>(r)].get(), msg, res.segment.fd(), deadline, 0);
+    res.half_bytes = half_bytes;
+    res.p2p_bytes = p2p_bytes;
+    return res;
+  }
+
+  socket_fd conn;
+  for (;;) {
+    conn = socket_fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (conn.get() < 0) braid::detail::raise_errno("socket", __FILE__, __LINE__, errno);
+    if (::connect(conn.get(), reinterpret_cast<const sockaddr*>(&addr), alen) == 0) break;
+    if (errno != ECONNREFUSED && errno != ENOENT && errno != EAGAIN && errno != EINTR)
+      braid::detail::raise_errno("connect", __FILE__, __LINE__, errno);
+    if (clock::now() > deadline) rendezvous_timeout(rank, "rank 0 did not open the rendezvous");
+    ::usleep(2000);
+  }
+  wire::hello h{};
+  std::memcpy(h.secret, id.secret.data(), 16);
+  h.rank = rank;
+  h.nranks = nranks;
+  h.pid = static_cast<std::int32_t>(::getpid());
+  send_all(conn.get(), wire::encode_hello(h), -1, deadline, rank);
+  int fd = -1;
+  wire::welcome w;
+  try {
+    w = recv_message(conn.get(), wire::msg_type::welcome, &fd, deadline, rank, wire::parse_welcome);
+  } catch (...) {
+    if (fd >= 0) ::close(fd);
+    throw;
+  }
+  if (fd < 0) raise(errc::protocol, "rank 0's welcome carried no shared-memory descriptor");
+  if (w.fixed.nranks != nranks) {
+    ::close(fd);
+    raise(errc::protocol, "rank 0 expects " + std::to_string(w.fixed.nranks) + " ranks, this rank " + std::to_string(nranks));
+  }
+  res.segment = mapped_memory::map_shared(fd, w.fixed.total_bytes);
+  res.pids = w.pids;
+  res.half_bytes = w.fixed.half_bytes;
+  res.p2p_bytes = w.fixed.p2p_bytes;
+  return res;
+}
+
+} // namespace braid::host

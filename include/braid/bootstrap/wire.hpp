@@ -1,0 +1,118 @@
+// braid/bootstrap/wire.hpp — the messages ranks exchange while they rendezvous, and their parsers.
+//
+// Every message starts with a fixed header: magic "BRDZ", protocol version, message type and payload
+// length. Parsers check every field and the exact payload length against what the type allows before
+// reading the payload, and reject anything else with protocol_error: a foreign or corrupt message
+// can never make a rank read past what it received.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../core/error.hpp"
+
+namespace braid::wire {
+
+inline constexpr std::uint32_t magic = 0x5a445242; // "BRDZ" little-endian
+inline constexpr std::uint16_t version = 1;
+inline constexpr std::uint32_t max_ranks = 4096;
+
+enum class msg_type : std::uint16_t { hello = 1, welcome = 2 };
+
+struct header {
+  std::uint32_t magic;
+  std::uint16_t version;
+  std::uint16_t type;
+  std::uint32_t length; // payload bytes after the header
+  std::uint32_t reserved;
+};
+static_assert(sizeof(header) == 16);
+
+// A joining rank introduces itself to rank 0.
+struct hello {
+  std::uint8_t secret[16];
+  std::int32_t rank;
+  std::int32_t nranks;
+  std::int32_t pid;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(hello) == 32);
+
+// Rank 0's answer, sent with the segment's file descriptor: sizes, then every rank's pid.
+struct welcome_fixed {
+  std::uint64_t total_bytes;
+  std::uint64_t half_bytes;
+  std::uint64_t p2p_bytes;
+  std::int32_t nranks;
+  std::int32_t reserved;
+};
+static_assert(sizeof(welcome_fixed) == 32);
+
+struct welcome {
+  welcome_fixed fixed;
+  std::vector<std::int32_t> pids;
+};
+
+inline std::vector<std::byte> encode(msg_type t, const void* payload, std::size_t n) {
+  header h{magic, version, static_cast<std::uint16_t>(t), static_cast<std::uint32_t>(n), 0};
+  std::vector<std::byte> out(sizeof h + n);
+  std::memcpy(out.data(), &h, sizeof h);
+  if (n) std::memcpy(out.data() + sizeof h, payload, n);
+  return out;
+}
+
+inline std::vector<std::byte> encode_hello(const hello& m) { return encode(msg_type::hello, &m, sizeof m); }
+
+inline std::vector<std::byte> encode_welcome(const welcome& m) {
+  std::vector<std::byte> p(sizeof(welcome_fixed) + m.pids.size() * sizeof(std::int32_t));
+  std::memcpy(p.data(), &m.fixed, sizeof m.fixed);
+  if (!m.pids.empty()) std::memcpy(p.data() + sizeof m.fixed, m.pids.data(), m.pids.size() * sizeof(std::int32_t));
+  return encode(msg_type::welcome, p.data(), p.size());
+}
+
+[[noreturn]] inline void reject(const std::string& why) { raise(errc::protocol, "rendezvous message rejected: " + why); }
+
+// Validates a header; returns the payload length the caller must then receive.
+inline std::uint32_t parse_header(const std::byte* data, std::size_t n, msg_type expected) {
+  if (n < sizeof(header)) reject("truncated header (" + std::to_string(n) + " bytes)");
+  header h;
+  std::memcpy(&h, data, sizeof h);
+  if (h.magic != magic) reject("bad magic (not a braid peer)");
+  if (h.version != version) reject("protocol version " + std::to_string(h.version) + ", expected " + std::to_string(version));
+  if (h.type != static_cast<std::uint16_t>(expected)) reject("unexpected message type " + std::to_string(h.type));
+  const std::uint32_t maxlen = expected == msg_type::hello
+                                   ? sizeof(hello)
+                                   : static_cast<std::uint32_t>(sizeof(welcome_fixed) + max_ranks * sizeof(std::int32_t));
+  if (h.length > maxlen) reject("payload length " + std::to_string(h.length) + " exceeds " + std::to_string(maxlen));
+  if (h.reserved != 0) reject("reserved header field is not zero");
+  return h.length;
+}
+
+inline hello parse_hello(const std::byte* payload, std::size_t n) {
+  if (n != sizeof(hello)) reject("hello payload has " + std::to_string(n) + " bytes, expected " + std::to_string(sizeof(hello)));
+  hello m;
+  std::memcpy(&m, payload, sizeof m);
+  if (m.nranks < 1 || static_cast<std::uint32_t>(m.nranks) > max_ranks) reject("hello: bad nranks " + std::to_string(m.nranks));
+  if (m.rank < 0 || m.rank >= m.nranks) reject("hello: rank " + std::to_string(m.rank) + " out of range");
+  if (m.pid <= 0) reject("hello: bad pid");
+  return m;
+}
+
+inline welcome parse_welcome(const std::byte* payload, std::size_t n) {
+  if (n < sizeof(welcome_fixed)) reject("welcome payload truncated");
+  welcome m;
+  std::memcpy(&m.fixed, payload, sizeof m.fixed);
+  if (m.fixed.nranks < 1 || static_cast<std::uint32_t>(m.fixed.nranks) > max_ranks) reject("welcome: bad nranks");
+  if (n != sizeof(welcome_fixed) + static_cast<std::size_t>(m.fixed.nranks) * sizeof(std::int32_t))
+    reject("welcome payload length does not match nranks");
+  if (m.fixed.half_bytes == 0 || m.fixed.p2p_bytes == 0 || m.fixed.total_bytes < m.fixed.half_bytes)
+    reject("welcome: inconsistent sizes");
+  m.pids.resize(static_cast<std::size_t>(m.fixed.nranks));
+  std::memcpy(m.pids.data(), payload + sizeof(welcome_fixed), m.pids.size() * sizeof(std::int32_t));
+  return m;
+}
+
+} // namespace braid::wire

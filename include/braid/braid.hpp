@@ -1,0 +1,13 @@
+// braid/braid.hpp — everything a host program needs: element types, operators, errors, the host
+// communicator with its thread and process bootstraps. (CUDA programs include <braid/cuda.cuh>.)
+#pragma once
+
+#include "bootstrap/env.hpp"
+#include "bootstrap/threads.hpp"
+#include "bootstrap/unique_id.hpp"
+#include "comm/communicator.hpp"
+#include "comm/options.hpp"
+#include "comm/tuning.hpp"
+#include "core/error.hpp"
+#include "core/ops.hpp"
+#include "core/types.hpp"

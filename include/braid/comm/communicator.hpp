@@ -1,0 +1,440 @@
+// braid/comm/communicator.hpp — braid::communicator, what users hold: the collectives on the host.
+//
+// A communicator connects `size()` ranks: threads of one process (braid::run_threads, thread_group)
+// or processes on one host (communicator::join with a unique_id, communicator::from_env under torchrun
+// or mpirun). Every rank calls the same collectives in the same order. Calls are blocking: when one
+// returns, this rank's output is complete and its input is no longer read by anyone.
+//
+// Guarantees
+//  * Results are bit-identical on every rank, for every type and operator: each output element is
+//    computed once (or by the same expression in the same order) and copied. one_shot, two_shot and
+//    direct reduce in rank order 0..n-1 and so agree with each other bit for bit; ring, tree and
+//    halving_doubling use their own fixed orders. Integers, min and max agree across all algorithms.
+//  * Bad arguments raise invalid_argument before anything is read or written, on this rank only; the
+//    communicator stays usable and the call may be repeated with good arguments.
+//  * Every wait has a deadline (options::timeout, BRAID_TIMEOUT). A timeout, a peer that died or left,
+//    or abort() raises on every waiting rank, and the communicator then refuses further calls
+//    (usage_error); build a new one to go on.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../bootstrap/rendezvous.hpp"
+#include "../bootstrap/unique_id.hpp"
+#include "../core/error.hpp"
+#include "../core/ops.hpp"
+#include "../core/types.hpp"
+#include "../schedule/schedule.hpp"
+#include "../transport/host/context.hpp"
+#include "../transport/host/executor.hpp"
+#include "../transport/host/p2p.hpp"
+#include "../transport/host/segment.hpp"
+#include "options.hpp"
+#include "tuning.hpp"
+
+namespace braid {
+
+class thread_group;
+
+class communicator {
+public:
+  communicator() = default; // empty: every call raises usage_error
+  communicator(communicator&&) noexcept = default;
+  communicator& operator=(communicator&& o) noexcept {
+    if (this != &o) {
+      close();
+      p_ = std::move(o.p_);
+    }
+    return *this;
+  }
+  ~communicator() { close(); }
+
+  // Joins the processes of a communicator on this host. Every rank passes the same id and nranks.
+  static communicator join(const unique_id& id, int rank, int nranks, const options& opts = options::from_env());
+
+  int rank() const { return live().cx.rank; }
+  int size() const { return live().cx.nranks; }
+  bool valid() const noexcept { return p_ != nullptr; }
+  // Bytes of shared memory this rank's communicator holds for staging and send/recv.
+  std::size_t memory_bytes() const { return live().cx.seg.layout.staging_stride; }
+
+  // Leaves the communicator; later calls raise usage_error. Peers still waiting for this rank raise
+  // peer_failed. Idempotent; the destructor calls it.
+  void close() noexcept {
+    if (!p_) return;
+    p_->cx.self().state.store(static_cast<std::uint32_t>(p_->failed ? host::rank_state::failed : host::rank_state::left),
+                              std::memory_order_release);
+    for (int fd : p_->cx.peer_pidfd)
+      if (fd >= 0) ::close(fd);
+    p_.reset();
+  }
+
+  // Releases every rank blocked in a call of this communicator (any thread may call it): they raise
+  // aborted_error within a millisecond or two, and the communicator refuses further calls.
+  void abort() {
+    impl& p = live();
+    p.cx.publish_failure(errc::aborted, "abort() called on rank " + std::to_string(p.cx.rank));
+  }
+
+  // Which algorithm a call would use (after per-call, environment and tuning table choices).
+  algo algorithm_for(collective c, std::uint64_t bytes, algo requested = algo::automatic) const {
+    const impl& p = live();
+    if (requested != algo::automatic) return requested;
+    const algo env = p.opts.algorithm[static_cast<int>(c)];
+    if (env != algo::automatic && supports(env, c)) return env;
+    return choose_algorithm(host_tuning, c, p.cx.nranks, bytes);
+  }
+
+  // ---- collectives: pointer forms ------------------------------------------------------------------
+  // all_reduce: out[i] = op(in_0[i], ..., in_{n-1}[i]) on every rank. in == out is in-place.
+  template <element T, class Op = sum<>>
+    requires reduction_for<Op, T>
+  void all_reduce(const T* in, T* out, std::size_t count, Op op = {}, call_options co = {}) {
+    run<T>(collective::all_reduce, in, out, count, 0, op, co);
+  }
+  // broadcast: out = root's in on every rank (in is read on the root only; in == out is in-place).
+  template <element T>
+  void broadcast(const T* in, T* out, std::size_t count, int root, call_options co = {}) {
+    run<T>(collective::broadcast, in, out, count, root, sum<>{}, co);
+  }
+  // reduce: the root's out = op over every rank's in (out is written on the root only).
+  template <element T, class Op = sum<>>
+    requires reduction_for<Op, T>
+  void reduce(const T* in, T* out, std::size_t count, int root, Op op = {}, call_options co = {}) {
+    run<T>(collective::reduce, in, out, count, root, op, co);
+  }
+  // reduce_scatter: in holds size() blocks of recv_count; out = block rank() of the reduction.
+  // In-place: out == in + rank() * recv_count.
+  template <element T, class Op = sum<>>
+    requires reduction_for<Op, T>
+  void reduce_scatter(const T* in, T* out, std::size_t recv_count, Op op = {}, call_options co = {}) {
+    run<T>(collective::reduce_scatter, in, out, recv_count, 0, op, co);
+  }
+  // all_gather: out holds size() blocks of send_count; block r = rank r's in.
+  // In-place: in == out + rank() * send_count.
+  template <element T>
+  void all_gather(const T* in, T* out, std::size_t send_count, call_options co = {}) {
+    run<T>(collective::all_gather, in, out, send_count, 0, sum<>{}, co);
+  }
+  void barrier() {
+    impl& p = enter("barrier");
+    guarded(p, [&] {
+      if (p.cx.nranks > 1) host::run_barrier(p.cx);
+    });
+  }
+
+  // Point to point: blocking; send returns once `peer` has received everything. Sizes must match.
+  template <element T> void send(const T* data, std::size_t count, int peer) {
+    impl& p = enter("send");
+    check_p2p(p, data, count, peer, "send");
+    guarded(p, [&] { do_sendrecv(p, data, count * sizeof(T), peer, nullptr, 0, -1); });
+  }
+  template <element T> void recv(T* data, std::size_t count, int peer) {
+    impl& p = enter("recv");
+    check_p2p(p, data, count, peer, "recv");
+    guarded(p, [&] { do_sendrecv(p, nullptr, 0, -1, data, count * sizeof(T), peer); });
+  }
+  // Sends to one peer while receiving from another (or the same): the ring-exchange step that plain
+  // blocking send/recv would deadlock on.
+  template <element T>
+  void sendrecv(const T* send_data, std::size_t send_count, int send_peer, T* recv_data, std::size_t recv_count,
+                int recv_peer) {
+    impl& p = enter("sendrecv");
+    check_p2p(p, send_data, send_count, send_peer, "sendrecv (send side)");
+    check_p2p(p, recv_data, recv_count, recv_peer, "sendrecv (recv side)");
+    if (send_count && recv_count && overlap(send_data, send_count * sizeof(T), recv_data, recv_count * sizeof(T)))
+      raise(errc::invalid_argument, "sendrecv: send and receive buffers overlap", p.cx.ctx);
+    guarded(p, [&] {
+      do_sendrecv(p, send_data, send_count * sizeof(T), send_peer, recv_data, recv_count * sizeof(T), recv_peer);
+    });
+  }
+
+  // ---- collectives: span forms ---------------------------------------------------------------------
+  template <element T, class Op = sum<>>
+    requires reduction_for<Op, T>
+  void all_reduce(std::span<T> data, Op op = {}, call_options co = {}) {
+    all_reduce(data.data(), data.data(), data.size(), op, co);
+  }
+  template <element T, class Op = sum<>>
+    requires reduction_for<Op, T>
+  void all_reduce(std::span<const T> in, std::span<T> out, Op op = {}, call_options co = {}) {
+    if (out.size() != in.size()) size_error("all_reduce", "out.size() must equal in.size()");
+    all_reduce(in.data(), out.data(), in.size(), op, co);
+  }
+  template <element T> void broadcast(std::span<T> data, int root, call_options co = {}) {
+    broadcast(data.data(), data.data(), data.size(), root, co);
+  }
+  template <element T, class Op = sum<>>
+    requires reduction_for<Op, T>
+  void reduce_scatter(std::span<const T> in, std::span<T> out, Op op = {}, call_options co = {}) {
+    if (in.size() != out.size() * static_cast<std::size_t>(size()))
+      size_error("reduce_scatter", "in.size() must equal out.size() * size()");
+    reduce_scatter(in.data(), out.data(), out.size(), op, co);
+  }
+  template <element T> void all_gather(std::span<const T> in, std::span<T> out, call_options co = {}) {
+    if (out.size() != in.size() * static_cast<std::size_t>(size()))
+      size_error("all_gather", "out.size() must equal in.size() * size()");
+    all_gather(in.data(), out.data(), in.size(), co);
+  }
+
+  std::uint64_t calls() const { return live().seq; }
+
+private:
+  friend class thread_group;
+  struct impl {
+    std::shared_ptr<host::mapped_memory> memory;
+    host::rank_context cx;
+    options opts;
+    std::uint64_t seq = 0;
+    bool failed = false;
+    std::string failure;
+    std::atomic<bool> busy{false};
+    host::p2p_state p2p;
+  };
+  std::unique_ptr<impl> p_;
+
+  impl& live() const {
+    if (!p_) raise(errc::invalid_usage, "this communicator is empty (default-constructed, moved from or closed)");
+    return *p_;
+  }
+
+  // Starts a call: checks the communicator is usable and claims it for this thread.
+  impl& enter(const char* what) {
+    impl& p = live();
+    if (p.failed)
+      raise(errc::invalid_usage, std::string("the communicator failed earlier and refuses further calls: ") + p.failure,
+            error_context{p.cx.rank, what, p.seq + 1, -1});
+    p.cx.begin_call(what, p.seq + 1);
+    return p;
+  }
+
+  struct busy_guard {
+    impl& p;
+    explicit busy_guard(impl& q) : p(q) {
+      if (p.busy.exchange(true, std::memory_order_acquire))
+        raise(errc::invalid_usage, "the communicator is already in a call on another thread; a communicator "
+                                   "is used by one thread at a time", p.cx.ctx);
+    }
+    ~busy_guard() { p.busy.store(false, std::memory_order_release); }
+  };
+
+  // Runs the data-moving part of a call; any error there poisons the communicator.
+  template <class F> void guarded(impl& p, F&& f) {
+    busy_guard g(p);
+    ++p.seq;
+    try {
+      f();
+    } catch (const error& e) {
+      p.failed = true;
+      p.failure = e.what();
+      if (e.code() != errc::peer_failed && e.code() != errc::aborted) p.cx.publish_failure(e.code(), e.what());
+      p.cx.self().state.store(static_cast<std::uint32_t>(host::rank_state::failed), std::memory_order_release);
+      throw;
+    }
+  }
+
+  [[noreturn]] void size_error(const char* what, const char* msg) const {
+    raise(errc::invalid_argument, std::string(what) + ": " + msg, error_context{live().cx.rank, what, 0, -1});
+  }
+
+  static bool overlap(const void* a, std::size_t an, const void* b, std::size_t bn) {
+    const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+    return x < y + bn && y < x + an;
+  }
+
+  template <class T> static void check_ptr(const impl& p, const void* ptr, const char* which) {
+    if (!ptr) raise(errc::invalid_argument, std::string(which) + " is null", p.cx.ctx);
+    if (reinterpret_cast<std::uintptr_t>(ptr) % alignof(T))
+      raise(errc::invalid_argument, std::string(which) + " is not aligned to alignof(T) = " + std::to_string(alignof(T)), p.cx.ctx);
+  }
+
+  template <class T> void check_p2p(impl& p, const void* data, std::size_t count, int peer, const char* what) {
+    if (peer < 0 || peer >= p.cx.nranks)
+      raise(errc::invalid_argument, std::string(what) + ": peer " + std::to_string(peer) + " out of range [0, " +
+                                        std::to_string(p.cx.nranks) + ")", p.cx.ctx);
+    if (peer == p.cx.rank) raise(errc::invalid_argument, std::string(what) + ": peer is this rank itself", p.cx.ctx);
+    if (count > static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(T))
+      raise(errc::invalid_argument, std::string(what) + ": count * sizeof(T) overflows", p.cx.ctx);
+    if (count) check_ptr<T>(p, data, "buffer");
+  }
+
+  template <class T, class Op>
+  void run(collective c, const T* in, T* out, std::size_t count, int root, const Op& op, call_options co) {
+    impl& p = enter(std::string_view(name(c)).data());
+    const int n = p.cx.nranks, r = p.cx.rank;
+    const std::size_t blocks = schedule::blocked(c) ? static_cast<std::size_t>(n) : 1;
+    // ---- validation: nothing is touched before all of it passed ----
+    if (count > static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(T) / blocks)
+      raise(errc::invalid_argument, "count " + std::to_string(count) + " * sizeof(T) overflows", p.cx.ctx);
+    if ((c == collective::broadcast || c == collective::reduce) && (root < 0 || root >= n))
+      raise(errc::invalid_argument, "root " + std::to_string(root) + " out of range [0, " + std::to_string(n) + ")", p.cx.ctx);
+    if (co.algorithm != algo::automatic && !supports(co.algorithm, c))
+      raise(errc::unsupported, std::string("algorithm ") + std::string(name(co.algorithm)) + " does not implement " +
+                                   std::string(name(c)), p.cx.ctx);
+    const bool reads_in = c != collective::broadcast || r == root;
+    const bool writes_out = c != collective::reduce || r == root;
+    const std::size_t in_n = c == collective::reduce_scatter ? count * blocks : count;
+    const std::size_t out_n = c == collective::all_gather ? count * blocks : count;
+    if (count) {
+      if (reads_in) check_ptr<T>(p, in, "input buffer");
+      if (writes_out) check_ptr<T>(p, out, "output buffer");
+    }
+    bool in_place = false;
+    if (count && reads_in && writes_out && overlap(in, in_n * sizeof(T), out, out_n * sizeof(T))) {
+      const T* allowed = c == collective::reduce_scatter ? in + static_cast<std::size_t>(r) * count
+                                                         : (c == collective::all_gather ? out + static_cast<std::size_t>(r) * count : in);
+      const T* given = c == collective::all_gather ? in : out;
+      if (given != allowed)
+        raise(errc::invalid_argument,
+              "input and output overlap but are not the in-place form (" +
+                  std::string(c == collective::reduce_scatter ? "out == in + rank * count"
+                              : c == collective::all_gather   ? "in == out + rank * count"
+                                                              : "in == out") + ")",
+              p.cx.ctx);
+      in_place = true;
+    }
+    if (count == 0) return;
+    const algo a = algorithm_for(c, static_cast<std::uint64_t>(in_n) * sizeof(T), co.algorithm);
+    if (!supports(a, c)) raise(errc::unsupported, std::string("algorithm ") + std::string(name(a)) + " does not implement " + std::string(name(c)), p.cx.ctx);
+    if (host::per_round<schedule::ring, T>(p.cx, collective::all_reduce) == 0)
+      raise(errc::unsupported, "element of " + std::to_string(sizeof(T)) + " bytes does not fit the staging memory", p.cx.ctx);
+    guarded(p, [&] {
+      if (n == 1) {
+        if (writes_out && !in_place) std::memcpy(out, in, out_n * sizeof(T));
+        return;
+      }
+      const bool zero_copy = p.cx.mode == host::rank_mode::threads && !in_place && reads_in &&
+                             in_n * sizeof(T) >= p.opts.zero_copy_min_bytes;
+      const host::collective_buffers b{in, out, count, root, zero_copy};
+      schedule::with_schedule(a, [&](auto s) {
+        using S = decltype(s);
+        if (host::per_round<S, T>(p.cx, c) == 0)
+          raise(errc::unsupported, "staging memory too small for " + std::string(name(a)) + " with " + std::to_string(n) + " ranks", p.cx.ctx);
+        host::run_schedule<S, T>(p.cx, c, b, op);
+      });
+    });
+  }
+
+  static void do_sendrecv(impl& p, const void* sdata, std::size_t sbytes, int speer, void* rdata, std::size_t rbytes,
+                          int rpeer) {
+    auto& st = p.p2p;
+    if (st.sent_msgs.empty()) {
+      st.sent_msgs.assign(static_cast<std::size_t>(p.cx.nranks), 0);
+      st.recv_msgs.assign(static_cast<std::size_t>(p.cx.nranks), 0);
+    }
+    host::p2p_sender s{&p.cx, speer, static_cast<const std::byte*>(sdata), sbytes};
+    host::p2p_receiver rv{&p.cx, rpeer, static_cast<std::byte*>(rdata), rbytes,
+                          rpeer >= 0 ? st.recv_msgs[static_cast<std::size_t>(rpeer)] + 1 : 0};
+    bool sdone = speer < 0, rdone = rpeer < 0;
+    if (sdone) return void(rv.poll(true)), void(++st.recv_msgs[static_cast<std::size_t>(rpeer)]);
+    if (rdone) return void(s.poll(true)), void(++st.sent_msgs[static_cast<std::size_t>(speer)]);
+    // Both directions: make progress on each without blocking until both are complete.
+    std::uint32_t idle = 0;
+    while (!sdone || !rdone) {
+      bool moved = false;
+      if (!sdone && s.poll(false)) { sdone = true; moved = true; }
+      if (!rdone && rv.poll(false)) { rdone = true; moved = true; }
+      if (!moved && ++idle > 64) {
+        // Nothing moved for a while: block on whichever is unfinished (the other side will progress
+        // because the peer is running its own loop); bounded by the deadline like every wait.
+        if (!rdone) { rv.poll(true); rdone = true; }
+        else { s.poll(true); sdone = true; }
+      }
+    }
+    ++st.sent_msgs[static_cast<std::size_t>(speer)];
+    ++st.recv_msgs[static_cast<std::size_t>(rpeer)];
+  }
+
+  static communicator make(std::shared_ptr<host::mapped_memory> mem, const host::segment_layout& layout, int rank,
+                           int nranks, host::rank_mode mode, const options& opts) {
+    communicator c;
+    c.p_ = std::make_unique<impl>();
+    impl& p = *c.p_;
+    p.memory = std::move(mem);
+    p.opts = opts;
+    p.cx.seg = host::segment_view{p.memory->data(), layout};
+    p.cx.rank = rank;
+    p.cx.nranks = nranks;
+    p.cx.mode = mode;
+    p.cx.timeout = opts.timeout;
+    host::rank_control& me = p.cx.self();
+    me.pid = static_cast<std::int32_t>(::getpid());
+    me.state.store(static_cast<std::uint32_t>(host::rank_state::active), std::memory_order_release);
+    return c;
+  }
+};
+
+// Ranks as threads of this process: make(r) once for each rank, each used by one thread.
+class thread_group {
+public:
+  explicit thread_group(int nranks, const options& opts = options::from_env()) : nranks_(nranks), opts_(opts) {
+    if (nranks < 1 || nranks > static_cast<int>(wire::max_ranks))
+      raise(errc::invalid_argument, "thread_group: nranks " + std::to_string(nranks) + " out of range");
+    layout_ = host::segment_layout::make(static_cast<std::uint32_t>(nranks), opts.staging_bytes / 2, opts.p2p_bytes);
+    mem_ = std::make_shared<host::mapped_memory>(host::mapped_memory::anonymous(layout_.total));
+    host::segment_view{mem_->data(), layout_}.initialize();
+    made_.assign(static_cast<std::size_t>(nranks), false);
+  }
+  communicator make(int rank) {
+    if (rank < 0 || rank >= nranks_) raise(errc::invalid_argument, "thread_group::make: rank out of range");
+    if (made_[static_cast<std::size_t>(rank)]) raise(errc::invalid_usage, "thread_group::make: rank " + std::to_string(rank) + " was already made");
+    made_[static_cast<std::size_t>(rank)] = true;
+    return communicator::make(mem_, layout_, rank, nranks_, host::rank_mode::threads, opts_);
+  }
+  int size() const { return nranks_; }
+
+private:
+  int nranks_;
+  options opts_;
+  host::segment_layout layout_;
+  std::shared_ptr<host::mapped_memory> mem_;
+  std::vector<bool> made_;
+};
+
+inline communicator communicator::join(const unique_id& id, int rank, int nranks, const options& opts) {
+  if (nranks < 1 || nranks > static_cast<int>(wire::max_ranks))
+    raise(errc::invalid_argument, "join: nranks " + std::to_string(nranks) + " out of range");
+  if (rank < 0 || rank >= nranks)
+    raise(errc::invalid_argument, "join: rank " + std::to_string(rank) + " out of range [0, " + std::to_string(nranks) + ")");
+  if (nranks == 1) {
+    const auto layout = host::segment_layout::make(1, opts.staging_bytes / 2, opts.p2p_bytes);
+    auto mem = std::make_shared<host::mapped_memory>(host::mapped_memory::anonymous(layout.total));
+    host::segment_view{mem->data(), layout}.initialize();
+    return make(std::move(mem), layout, 0, 1, host::rank_mode::processes, opts);
+  }
+  const std::uint64_t half = opts.staging_bytes / 2, p2p = opts.p2p_bytes;
+  auto res = host::rendezvous(id, rank, nranks, half, p2p,
+                              [&](int n) { return host::segment_layout::make(static_cast<std::uint32_t>(n), half, p2p).total; },
+                              [&](std::byte* base) {
+                                host::segment_view{base, host::segment_layout::make(static_cast<std::uint32_t>(nranks), half, p2p)}.initialize();
+                              },
+                              opts.timeout);
+  const auto layout = host::segment_layout::make(static_cast<std::uint32_t>(nranks), res.half_bytes, res.p2p_bytes);
+  if (layout.total != res.segment.size()) raise(errc::protocol, "shared segment size does not match its layout");
+  if (!res.created) {
+    const auto& h = *reinterpret_cast<const host::segment_header*>(res.segment.data());
+    if (h.magic != host::segment_magic || h.version != host::segment_version || h.nranks != static_cast<std::uint32_t>(nranks))
+      raise(errc::protocol, "shared segment header is not a braid segment of this size");
+  }
+  auto mem = std::make_shared<host::mapped_memory>(std::move(res.segment));
+  communicator c = make(std::move(mem), layout, rank, nranks, host::rank_mode::processes, opts);
+  impl& p = *c.p_;
+  p.cx.peer_pid = res.pids;
+  p.cx.peer_pidfd.assign(static_cast<std::size_t>(nranks), -1);
+  for (int q = 0; q < nranks; ++q)
+    if (q != rank && res.pids[static_cast<std::size_t>(q)] > 0)
+      p.cx.peer_pidfd[static_cast<std::size_t>(q)] =
+          static_cast<int>(::syscall(SYS_pidfd_open, res.pids[static_cast<std::size_t>(q)], 0));
+  // Everyone is attached once every rank passed this barrier; only then may a rank's exit be an error.
+  c.barrier();
+  return c;
+}
+
+} // namespace braid

@@ -1,0 +1,113 @@
+// braid/comm/options.hpp — communicator options and their environment variables.
+//   BRAID_TIMEOUT        deadline of every wait: "30" (seconds), "500ms", "2m"      (default 300 s)
+//   BRAID_ALGO           "ring" for every collective that has it, or per collective:
+//                        "all_reduce=two_shot,broadcast=tree"                        (default: tuning table)
+//   BRAID_STAGING_BYTES  staging memory per rank, both halves together              (default 8 MiB)
+//   BRAID_DEBUG          1: check that every rank calls the same collective (issue 6 work)
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "../core/error.hpp"
+#include "../schedule/common.hpp"
+
+namespace braid {
+
+struct options {
+  std::chrono::nanoseconds timeout = std::chrono::seconds(300);
+  // Algorithm per collective (index: braid::collective); automatic = the tuning table decides.
+  algo algorithm[5] = {algo::automatic, algo::automatic, algo::automatic, algo::automatic, algo::automatic};
+  std::size_t staging_bytes = std::size_t{8} << 20; // per rank, split in two halves
+  std::size_t p2p_bytes = std::size_t{1} << 20;     // per rank send buffer
+  // Ranks that are threads read each other's inputs in place (no staging copy) from this size on,
+  // for out-of-place calls.
+  std::size_t zero_copy_min_bytes = std::size_t{256} << 10;
+  bool debug = false;
+
+  options& with_algorithm(algo a) {
+    for (auto& x : algorithm) x = a;
+    return *this;
+  }
+  options& with_algorithm(collective c, algo a) {
+    if (static_cast<int>(c) < 5) algorithm[static_cast<int>(c)] = a;
+    return *this;
+  }
+  options& with_timeout(std::chrono::nanoseconds t) {
+    timeout = t;
+    return *this;
+  }
+
+  // Defaults overridden by the environment; a malformed value is an invalid_argument error.
+  static options from_env() {
+    options o;
+    if (const char* t = std::getenv("BRAID_TIMEOUT"); t && *t) o.timeout = parse_duration(t);
+    if (const char* a = std::getenv("BRAID_ALGO"); a && *a) o.apply_algo_spec(a);
+    if (const char* s = std::getenv("BRAID_STAGING_BYTES"); s && *s) o.staging_bytes = parse_size(s, "BRAID_STAGING_BYTES");
+    if (const char* d = std::getenv("BRAID_DEBUG"); d && *d && std::string_view(d) != "0") o.debug = true;
+    return o;
+  }
+
+  static std::chrono::nanoseconds parse_duration(std::string_view s) {
+    std::size_t i = 0;
+    double v = 0;
+    bool digits = false;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') { v = v * 10 + (s[i] - '0'); ++i; digits = true; }
+    if (i < s.size() && s[i] == '.') {
+      double f = 0.1;
+      for (++i; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i, f /= 10) { v += (s[i] - '0') * f; digits = true; }
+    }
+    const std::string_view unit = s.substr(i);
+    double scale = 1e9;
+    if (unit == "ms") scale = 1e6;
+    else if (unit == "us") scale = 1e3;
+    else if (unit == "m" || unit == "min") scale = 60e9;
+    else if (!unit.empty() && unit != "s") digits = false;
+    if (!digits || v <= 0) raise(errc::invalid_argument, "BRAID_TIMEOUT: cannot parse '" + std::string(s) + "' (e.g. 30, 500ms, 2m)");
+    return std::chrono::nanoseconds(static_cast<std::int64_t>(v * scale));
+  }
+
+  static std::size_t parse_size(std::string_view s, const char* what) {
+    std::size_t v = 0, i = 0;
+    for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i) v = v * 10 + static_cast<std::size_t>(s[i] - '0');
+    const std::string_view unit = s.substr(i);
+    if (unit == "K" || unit == "KiB") v <<= 10;
+    else if (unit == "M" || unit == "MiB") v <<= 20;
+    else if (unit == "G" || unit == "GiB") v <<= 30;
+    else if (!unit.empty()) i = 0;
+    if (i == 0 || v == 0) raise(errc::invalid_argument, std::string(what) + ": cannot parse '" + std::string(s) + "'");
+    return v;
+  }
+
+  void apply_algo_spec(std::string_view spec) {
+    while (!spec.empty()) {
+      const std::size_t comma = spec.find(',');
+      std::string_view item = spec.substr(0, comma);
+      spec = comma == std::string_view::npos ? std::string_view() : spec.substr(comma + 1);
+      const std::size_t eq = item.find('=');
+      algo a;
+      if (eq == std::string_view::npos) {
+        if (!parse_algo(item, a)) raise(errc::invalid_argument, "BRAID_ALGO: unknown algorithm '" + std::string(item) + "'");
+        with_algorithm(a);
+        continue;
+      }
+      const std::string_view c = item.substr(0, eq), v = item.substr(eq + 1);
+      if (!parse_algo(v, a)) raise(errc::invalid_argument, "BRAID_ALGO: unknown algorithm '" + std::string(v) + "'");
+      bool found = false;
+      for (int k = 0; k < 5; ++k)
+        if (name(static_cast<collective>(k)) == c) { algorithm[k] = a; found = true; }
+      if (!found) raise(errc::invalid_argument, "BRAID_ALGO: unknown collective '" + std::string(c) + "'");
+    }
+  }
+};
+
+// Per-call overrides.
+struct call_options {
+  algo algorithm = algo::automatic; // must be supported by the collective, else unsupported_error
+};
+
+} // namespace braid

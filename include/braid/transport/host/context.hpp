@@ -1,0 +1,169 @@
+// braid/transport/host/context.hpp — one rank's view of a host communicator: the shared segment, its
+// rank, the call in progress, and the bounded wait every synchronisation goes through.
+//
+// Every wait has a deadline. While waiting, a rank spins briefly, then yields the CPU (ranks may
+// outnumber cores), then sleeps in short naps; every few iterations it checks the communicator's abort
+// word, the peer's state (a thread rank that left or failed) and, for processes, whether the peer
+// process still exists. Whatever ends a wait early is raised as an error that names this rank, the
+// peer, the collective and its sequence number; it is also published in the abort word so that every
+// other rank stops waiting at once instead of at its own deadline.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../core/error.hpp"
+#include "segment.hpp"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define BRAID_CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define BRAID_CPU_RELAX() asm volatile("yield" ::: "memory")
+#else
+#define BRAID_CPU_RELAX() ((void)0)
+#endif
+
+namespace braid::host {
+
+enum class rank_mode : std::uint8_t { threads, processes };
+
+class rank_context {
+public:
+  segment_view seg;
+  int rank = 0;
+  int nranks = 1;
+  rank_mode mode = rank_mode::threads;
+  std::uint64_t round = 0;                  // last round id used (rounds start at 1)
+  std::chrono::nanoseconds timeout{std::chrono::seconds(300)};
+  std::vector<int> peer_pidfd;              // processes: pidfd per rank (-1: none or self)
+  std::vector<std::int32_t> peer_pid;
+
+  // The call in progress, for error messages.
+  error_context ctx{};
+  std::chrono::steady_clock::time_point deadline{};
+
+  void begin_call(const char* what, std::uint64_t seq) {
+    ctx = error_context{rank, what, seq, -1};
+    deadline = std::chrono::steady_clock::now() + timeout;
+  }
+
+  rank_control& self() const { return seg.rank(rank); }
+
+  void post(std::uint64_t word) const { self().progress.store(word, std::memory_order_release); }
+
+  // Waits until peer's progress word reaches target.
+  void wait_progress(int peer, std::uint64_t target) const {
+    wait_ge(seg.rank(peer).progress, target, peer);
+  }
+
+  template <class Atomic>
+  void wait_ge(const Atomic& word, std::uint64_t target, int peer) const {
+    if (BRAID_LIKELY(word.load(std::memory_order_acquire) >= target)) return;
+    std::uint32_t spins = 0;
+    auto last_check = std::chrono::steady_clock::time_point{};
+    for (;;) {
+      for (int i = 0; i < 64; ++i) {
+        if (word.load(std::memory_order_acquire) >= target) return;
+        BRAID_CPU_RELAX();
+      }
+      ++spins;
+      check_abort(peer);
+      const auto now = std::chrono::steady_clock::now();
+      if (now > deadline) fail_timeout(peer);
+      if (now - last_check > std::chrono::milliseconds(2)) {
+        check_peer(peer);
+        last_check = now;
+      }
+      if (spins < 16) continue;
+      if (spins < 4096) {
+        sched_yield();
+      } else {
+        const timespec ts{0, 50'000};
+        nanosleep(&ts, nullptr);
+      }
+    }
+  }
+
+  // Raises the error already published by another rank, if any.
+  void check_abort(int peer) const {
+    const std::uint64_t w = seg.header().abort_word.load(std::memory_order_acquire);
+    if (BRAID_LIKELY(w == 0)) return;
+    const int who = static_cast<int>(w & 0xffffffffu) - 1;
+    const auto code = static_cast<errc>((w >> 32) & 0x7fffffffu);
+    error_context c = ctx;
+    c.peer = who >= 0 ? who : peer;
+    std::string msg = seg.header().abort_message;
+    if (code == errc::aborted) raise(errc::aborted, "the communicator was aborted: " + msg, c);
+    raise(errc::peer_failed, "rank " + std::to_string(who) + " failed: " + msg, c);
+  }
+
+  void check_peer(int peer) const {
+    if (peer < 0 || peer == rank) return;
+    const auto st = static_cast<rank_state>(seg.rank(peer).state.load(std::memory_order_acquire));
+    if (st == rank_state::left || st == rank_state::failed) {
+      error_context c = ctx;
+      c.peer = peer;
+      const std::string m = "rank " + std::to_string(peer) +
+                            (st == rank_state::left ? " left the communicator" : " failed") + " while rank " +
+                            std::to_string(rank) + " waited for it";
+      publish_failure(errc::peer_failed, m);
+      raise(errc::peer_failed, m, c);
+    }
+    if (mode == rank_mode::processes && !peer_alive(peer)) {
+      error_context c = ctx;
+      c.peer = peer;
+      const std::string m = "rank " + std::to_string(peer) + " (pid " + std::to_string(peer_pid[peer]) +
+                            ") died while rank " + std::to_string(rank) + " waited for it";
+      publish_failure(errc::peer_failed, m);
+      raise(errc::peer_failed, m, c);
+    }
+  }
+
+  bool peer_alive(int peer) const {
+    if (peer < 0 || peer >= static_cast<int>(peer_pidfd.size())) return true;
+    if (peer_pidfd[peer] >= 0) {
+      pollfd p{peer_pidfd[peer], POLLIN, 0};
+      return ::poll(&p, 1, 0) == 0; // a pidfd becomes readable when the process exits
+    }
+    if (peer < static_cast<int>(peer_pid.size()) && peer_pid[peer] > 0)
+      return ::kill(peer_pid[peer], 0) == 0 || errno != ESRCH;
+    return true;
+  }
+
+  [[noreturn]] void fail_timeout(int peer) const {
+    error_context c = ctx;
+    c.peer = peer;
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
+    const std::string m = "rank " + std::to_string(rank) + " waited more than " + std::to_string(ms) +
+                          " ms for rank " + std::to_string(peer) + " (BRAID_TIMEOUT / options::timeout)";
+    publish_failure(errc::timeout, m);
+    raise(errc::timeout, m, c);
+  }
+
+  // Publishes the first failure so that every rank stops waiting. Later failures keep the first.
+  void publish_failure(errc code, const std::string& message) const {
+    segment_header& h = seg.header();
+    std::uint32_t expected = 0;
+    if (!h.abort_claim.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) return;
+    const std::string m = message.substr(0, sizeof(h.abort_message) - 1);
+    std::memcpy(h.abort_message, m.c_str(), m.size() + 1);
+    const std::uint64_t w = (std::uint64_t{1} << 63) | (static_cast<std::uint64_t>(code) << 32) |
+                            static_cast<std::uint64_t>(rank + 1);
+    h.abort_word.store(w, std::memory_order_release);
+  }
+};
+
+} // namespace braid::host
