@@ -1,6 +1,6 @@
 // tests/comm/sweep.hpp — the reference sweep shared by the thread and process runs: every collective ×
 // algorithm × type × operator × count (0, 1, 7, 1000003, unaligned offsets), out-of-place and
-// in-place, checked against a plain loop in double precision (integers: exact modular arithmetic).
+// in-place, staged and registered (read in place by peers) inputs, checked against a plain loop in double precision (integers: exact modular arithmetic).
 //
 // Inputs are small integers chosen so that every partial result any algorithm forms is exactly
 // representable in every type (fp8 e5m2 included), so the comparison is exact for every operator:
@@ -84,23 +84,27 @@ inline constexpr collective sweep_collectives[] = {collective::all_reduce, colle
                                                    collective::broadcast, collective::reduce};
 
 // Per-rank scratch reused across cases (large enough for the largest count).
+// `reg` is allocated through the communicator: for processes, inputs in it are read in place by the
+// peers (no staging copy); `in` is ordinary memory (staged).
 struct sweep_buffers {
   std::vector<std::uint64_t> in, out; // 8-byte aligned storage
-  void reserve(std::size_t bytes) {
+  buffer<std::uint64_t> reg;
+  void reserve(communicator& comm, std::size_t bytes) {
     in.assign(bytes / 8 + 64, 0);
     out.assign(bytes / 8 + 64, 0);
+    reg = comm.alloc<std::uint64_t>(bytes / 8 + 64);
   }
 };
 
 template <class T, class Op>
 void check_case(communicator& comm, collective c, algo a, op_kind k, std::size_t count, std::size_t offset, bool in_place,
-                sweep_buffers& buf, sweep_stats& st) {
+                sweep_buffers& buf, sweep_stats& st, bool registered = false) {
   const int n = comm.size(), r = comm.rank();
   const int root = n - 1;
   const std::size_t in_n = c == collective::reduce_scatter ? count * static_cast<std::size_t>(n) : count;
   const std::size_t out_n = c == collective::all_gather ? count * static_cast<std::size_t>(n) : count;
   T* out = reinterpret_cast<T*>(buf.out.data()) + offset;
-  T* in = in_place ? out : reinterpret_cast<T*>(buf.in.data()) + offset;
+  T* in = in_place ? out : reinterpret_cast<T*>(registered ? buf.reg.data() : buf.in.data()) + offset;
   if (in_place) {
     if (c == collective::all_gather) in = out + static_cast<std::size_t>(r) * count;
   }
@@ -129,7 +133,8 @@ void check_case(communicator& comm, collective c, algo a, op_kind k, std::size_t
   auto where = [&](std::size_t i, const char* what) {
     std::ostringstream s;
     s << name(c) << "/" << name(a) << " " << name(dtype_of_v<T>) << " " << name(k) << " n=" << n << " rank=" << r
-      << " count=" << count << " offset=" << offset << (in_place ? " in-place" : "") << ": " << what << " at " << i;
+      << " count=" << count << " offset=" << offset << (in_place ? " in-place" : "") << (registered ? " registered" : "")
+      << ": " << what << " at " << i;
     return s.str();
   };
   // Expected values repeat with period 15 in the input index; cache them.
@@ -170,7 +175,7 @@ void check_case(communicator& comm, collective c, algo a, op_kind k, std::size_t
 // `large` is the big count (1000003 in CI).
 inline void run_sweep(communicator& comm, std::size_t large, sweep_stats& st) {
   sweep_buffers buf;
-  buf.reserve((large * static_cast<std::size_t>(comm.size()) + 64) * 8 + 4096);
+  buf.reserve(comm, (large * static_cast<std::size_t>(comm.size()) + 64) * 8 + 4096);
   for (dtype t : all_dtypes) {
     visit(t, [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -182,20 +187,26 @@ inline void run_sweep(communicator& comm, std::size_t large, sweep_stats& st) {
             if (!reduces && k != op_kind::sum) continue;
             visit(k, [&](auto op) {
               using Op = decltype(op);
-              struct shape { std::size_t count, offset; bool in_place; };
-              const shape shapes[] = {{0, 0, false}, {1, 0, false}, {7, 0, false}, {7, 0, true},
-                                      {1003, 1, false}, {1003, 3, true}, {large, 0, false}};
-              for (const shape& s : shapes) check_case<T, Op>(comm, c, a, k, s.count, s.offset, s.in_place, buf, st);
+              struct shape { std::size_t count, offset; bool in_place, registered; };
+              const shape shapes[] = {{0, 0, false, false}, {1, 0, false, false},   {7, 0, false, false},
+                                      {7, 0, true, false},  {1003, 1, false, false}, {1003, 3, true, false},
+                                      {1003, 5, false, true}, {large, 0, false, true}};
+              for (const shape& s : shapes)
+                check_case<T, Op>(comm, c, a, k, s.count, s.offset, s.in_place, buf, st, s.registered);
             });
           }
         }
       }
     });
   }
-  // The large in-place case for every collective and algorithm (one type: the path is type-agnostic).
+  // The large in-place and unregistered cases for every collective and algorithm (one type: these
+  // paths do not depend on it).
   for (collective c : sweep_collectives)
     for (algo a : all_algos)
-      if (supports(a, c)) check_case<float, sum<>>(comm, c, a, op_kind::sum, large, 0, true, buf, st);
+      if (supports(a, c)) {
+        check_case<float, sum<>>(comm, c, a, op_kind::sum, large, 0, true, buf, st);
+        check_case<float, sum<>>(comm, c, a, op_kind::sum, large, 0, false, buf, st);
+      }
 }
 
 } // namespace braid::testing

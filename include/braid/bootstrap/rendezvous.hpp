@@ -24,69 +24,11 @@
 #include <unistd.h>
 
 #include "../core/error.hpp"
+#include "../transport/host/memory.hpp"
 #include "unique_id.hpp"
 #include "wire.hpp"
 
 namespace braid::host {
-
-// Owns a mapping (and the descriptor it came from, if any).
-class mapped_memory {
-public:
-  mapped_memory() = default;
-  mapped_memory(void* base, std::size_t bytes, int fd) : base_(base), bytes_(bytes), fd_(fd) {}
-  mapped_memory(mapped_memory&& o) noexcept { swap(o); }
-  mapped_memory& operator=(mapped_memory&& o) noexcept { reset(); swap(o); return *this; }
-  mapped_memory(const mapped_memory&) = delete;
-  mapped_memory& operator=(const mapped_memory&) = delete;
-  ~mapped_memory() { reset(); }
-
-  std::byte* data() const { return static_cast<std::byte*>(base_); }
-  std::size_t size() const { return bytes_; }
-  int fd() const { return fd_; }
-  void reset() {
-    if (base_) ::munmap(base_, bytes_);
-    if (fd_ >= 0) ::close(fd_);
-    base_ = nullptr;
-    bytes_ = 0;
-    fd_ = -1;
-  }
-
-  static mapped_memory anonymous(std::size_t bytes) {
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) braid::detail::raise_errno("mmap(anonymous)", __FILE__, __LINE__, errno);
-    return mapped_memory(p, bytes, -1);
-  }
-  static mapped_memory create_shared(std::size_t bytes, const char* label) {
-    const int fd = static_cast<int>(::syscall(SYS_memfd_create, label, MFD_CLOEXEC));
-    if (fd < 0) braid::detail::raise_errno("memfd_create", __FILE__, __LINE__, errno);
-    if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-      const int e = errno;
-      ::close(fd);
-      braid::detail::raise_errno("ftruncate(memfd)", __FILE__, __LINE__, e);
-    }
-    return map_shared(fd, bytes);
-  }
-  // Takes ownership of fd.
-  static mapped_memory map_shared(int fd, std::size_t bytes) {
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-      const int e = errno;
-      ::close(fd);
-      braid::detail::raise_errno("mmap(shared)", __FILE__, __LINE__, e);
-    }
-    return mapped_memory(p, bytes, fd);
-  }
-
-private:
-  void swap(mapped_memory& o) noexcept {
-    std::swap(base_, o.base_);
-    std::swap(bytes_, o.bytes_);
-    std::swap(fd_, o.fd_);
-  }
-  void* base_ = nullptr;
-  std::size_t bytes_ = 0;
-  int fd_ = -1;
-};
 
 class socket_fd {
 public:
@@ -126,24 +68,24 @@ inline sockaddr_un abstract_address(const std::string& name, socklen_t& len) {
   raise(errc::timeout, what + " before the deadline (BRAID_TIMEOUT / options::timeout)", c);
 }
 
-// Sends all bytes (and, with the first byte, an optional descriptor).
-inline void send_all(int fd, const std::vector<std::byte>& buf, int pass_fd, clock::time_point deadline, int rank) {
+// Sends all bytes and, with the first byte, the descriptors in `fds` (at most 250).
+inline void send_all(int fd, const std::vector<std::byte>& buf, const std::vector<int>& fds, clock::time_point deadline, int rank) {
   std::size_t off = 0;
   while (off < buf.size()) {
     msghdr mh{};
     iovec iov{const_cast<std::byte*>(buf.data() + off), buf.size() - off};
     mh.msg_iov = &iov;
     mh.msg_iovlen = 1;
-    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
-    if (pass_fd >= 0 && off == 0) {
-      std::memset(ctrl, 0, sizeof ctrl);
-      mh.msg_control = ctrl;
-      mh.msg_controllen = sizeof ctrl;
+    std::vector<char> ctrl;
+    if (!fds.empty() && off == 0) {
+      ctrl.assign(CMSG_SPACE(sizeof(int) * fds.size()), 0);
+      mh.msg_control = ctrl.data();
+      mh.msg_controllen = ctrl.size();
       cmsghdr* cm = CMSG_FIRSTHDR(&mh);
       cm->cmsg_level = SOL_SOCKET;
       cm->cmsg_type = SCM_RIGHTS;
-      cm->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+      cm->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+      std::memcpy(CMSG_DATA(cm), fds.data(), sizeof(int) * fds.size());
     }
     const ssize_t n = ::sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
@@ -159,8 +101,8 @@ inline void send_all(int fd, const std::vector<std::byte>& buf, int pass_fd, clo
   }
 }
 
-// Receives exactly n bytes; collects at most one passed descriptor into *got_fd.
-inline void recv_all(int fd, std::byte* buf, std::size_t n, int* got_fd, clock::time_point deadline, int rank) {
+// Receives exactly n bytes; appends passed descriptors to *got (closes them if got is null).
+inline void recv_all(int fd, std::byte* buf, std::size_t n, std::vector<int>* fds_out, clock::time_point deadline, int rank) {
   std::size_t off = 0;
   while (off < n) {
     pollfd p{fd, POLLIN, 0};
@@ -177,7 +119,7 @@ inline void recv_all(int fd, std::byte* buf, std::size_t n, int* got_fd, clock::
     iovec iov{buf + off, n - off};
     mh.msg_iov = &iov;
     mh.msg_iovlen = 1;
-    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int) * 4)];
+    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int) * 256)];
     mh.msg_control = ctrl;
     mh.msg_controllen = sizeof ctrl;
     const ssize_t got = ::recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
@@ -191,8 +133,8 @@ inline void recv_all(int fd, std::byte* buf, std::size_t n, int* got_fd, clock::
       for (std::size_t i = 0; i < k; ++i) {
         int f;
         std::memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-        if (got_fd && *got_fd < 0) *got_fd = f;
-        else ::close(f); // unexpected extra descriptors are dropped
+        if (fds_out) fds_out->push_back(f);
+        else ::close(f); // unexpected descriptors are dropped
       }
     }
     if (got == 0) raise(errc::protocol, "rendezvous peer closed the connection");
@@ -201,12 +143,12 @@ inline void recv_all(int fd, std::byte* buf, std::size_t n, int* got_fd, clock::
 }
 
 template <class Parse>
-auto recv_message(int fd, wire::msg_type t, int* got_fd, clock::time_point deadline, int rank, Parse parse) {
+auto recv_message(int fd, wire::msg_type t, std::vector<int>* got, clock::time_point deadline, int rank, Parse parse) {
   std::byte hb[sizeof(wire::header)];
-  recv_all(fd, hb, sizeof hb, got_fd, deadline, rank);
+  recv_all(fd, hb, sizeof hb, got, deadline, rank);
   const std::uint32_t len = wire::parse_header(hb, sizeof hb, t);
   std::vector<std::byte> payload(len);
-  recv_all(fd, payload.data(), len, got_fd, deadline, rank);
+  recv_all(fd, payload.data(), len, got, deadline, rank);
   return parse(payload.data(), payload.size());
 }
 
@@ -217,6 +159,8 @@ struct rendezvous_result {
   std::vector<std::int32_t> pids;
   std::uint64_t half_bytes = 0, p2p_bytes = 0;
   bool created = false; // this rank created (and must initialise) the segment
+  // Kept open for buffer registration: rank 0 holds one socket per peer, the others one to rank 0.
+  std::vector<socket_fd> sockets;
 };
 
 // Joins the processes of one communicator. `layout_bytes(nranks)` gives the segment size rank 0
@@ -281,7 +225,8 @@ rendezvous_result rendezvous(const unique_id& id, int rank, int nranks, std::uin
     w.fixed = wire::welcome_fixed{res.segment.size(), half_bytes, p2p_bytes, nranks, 0};
     w.pids = res.pids;
     const auto msg = wire::encode_welcome(w);
-    for (int r = 1; r < nranks; ++r) send_all(peers[static_cast<std::size_t>(r)].get(), msg, res.segment.fd(), deadline, 0);
+    for (int r = 1; r < nranks; ++r) send_all(peers[static_cast<std::size_t>(r)].get(), msg, {res.segment.fd()}, deadline, 0);
+    res.sockets = std::move(peers);
     res.half_bytes = half_bytes;
     res.p2p_bytes = p2p_bytes;
     return res;
@@ -302,21 +247,27 @@ rendezvous_result rendezvous(const unique_id& id, int rank, int nranks, std::uin
   h.rank = rank;
   h.nranks = nranks;
   h.pid = static_cast<std::int32_t>(::getpid());
-  send_all(conn.get(), wire::encode_hello(h), -1, deadline, rank);
-  int fd = -1;
+  send_all(conn.get(), wire::encode_hello(h), {}, deadline, rank);
+  std::vector<int> fds;
   wire::welcome w;
   try {
-    w = recv_message(conn.get(), wire::msg_type::welcome, &fd, deadline, rank, wire::parse_welcome);
+    w = recv_message(conn.get(), wire::msg_type::welcome, &fds, deadline, rank, wire::parse_welcome);
   } catch (...) {
-    if (fd >= 0) ::close(fd);
+    for (int f : fds) ::close(f);
     throw;
   }
-  if (fd < 0) raise(errc::protocol, "rank 0's welcome carried no shared-memory descriptor");
+  if (fds.size() != 1) {
+    for (int f : fds) ::close(f);
+    raise(errc::protocol, "rank 0's welcome must carry exactly one shared-memory descriptor");
+  }
+  const int fd = fds[0];
   if (w.fixed.nranks != nranks) {
     ::close(fd);
     raise(errc::protocol, "rank 0 expects " + std::to_string(w.fixed.nranks) + " ranks, this rank " + std::to_string(nranks));
   }
   res.segment = mapped_memory::map_shared(fd, w.fixed.total_bytes);
+  res.sockets.resize(1);
+  res.sockets[0] = std::move(conn);
   res.pids = w.pids;
   res.half_bytes = w.fixed.half_bytes;
   res.p2p_bytes = w.fixed.p2p_bytes;

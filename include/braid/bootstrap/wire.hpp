@@ -20,7 +20,7 @@ inline constexpr std::uint32_t magic = 0x5a445242; // "BRDZ" little-endian
 inline constexpr std::uint16_t version = 1;
 inline constexpr std::uint32_t max_ranks = 4096;
 
-enum class msg_type : std::uint16_t { hello = 1, welcome = 2 };
+enum class msg_type : std::uint16_t { hello = 1, welcome = 2, reg_offer = 3, reg_table = 4 };
 
 struct header {
   std::uint32_t magic;
@@ -56,6 +56,20 @@ struct welcome {
   std::vector<std::int32_t> pids;
 };
 
+// Registration of a buffer allocated through the communicator: each rank offers its allocation's
+// descriptor to rank 0 (reg_offer, with the fd); rank 0 answers every rank with the table of all
+// sizes (reg_table, with the other ranks' fds in rank order, the receiver's own omitted).
+struct reg_offer {
+  std::uint64_t alloc_id;
+  std::uint64_t bytes;
+};
+static_assert(sizeof(reg_offer) == 16);
+
+struct reg_table {
+  std::uint64_t alloc_id;
+  std::vector<std::uint64_t> bytes; // per rank
+};
+
 inline std::vector<std::byte> encode(msg_type t, const void* payload, std::size_t n) {
   header h{magic, version, static_cast<std::uint16_t>(t), static_cast<std::uint32_t>(n), 0};
   std::vector<std::byte> out(sizeof h + n);
@@ -73,6 +87,15 @@ inline std::vector<std::byte> encode_welcome(const welcome& m) {
   return encode(msg_type::welcome, p.data(), p.size());
 }
 
+inline std::vector<std::byte> encode_reg_offer(const reg_offer& m) { return encode(msg_type::reg_offer, &m, sizeof m); }
+
+inline std::vector<std::byte> encode_reg_table(const reg_table& m) {
+  std::vector<std::byte> p(8 + m.bytes.size() * 8);
+  std::memcpy(p.data(), &m.alloc_id, 8);
+  if (!m.bytes.empty()) std::memcpy(p.data() + 8, m.bytes.data(), m.bytes.size() * 8);
+  return encode(msg_type::reg_table, p.data(), p.size());
+}
+
 [[noreturn]] inline void reject(const std::string& why) { raise(errc::protocol, "rendezvous message rejected: " + why); }
 
 // Validates a header; returns the payload length the caller must then receive.
@@ -83,9 +106,13 @@ inline std::uint32_t parse_header(const std::byte* data, std::size_t n, msg_type
   if (h.magic != magic) reject("bad magic (not a braid peer)");
   if (h.version != version) reject("protocol version " + std::to_string(h.version) + ", expected " + std::to_string(version));
   if (h.type != static_cast<std::uint16_t>(expected)) reject("unexpected message type " + std::to_string(h.type));
-  const std::uint32_t maxlen = expected == msg_type::hello
-                                   ? sizeof(hello)
-                                   : static_cast<std::uint32_t>(sizeof(welcome_fixed) + max_ranks * sizeof(std::int32_t));
+  std::uint32_t maxlen = 0;
+  switch (expected) {
+  case msg_type::hello: maxlen = sizeof(hello); break;
+  case msg_type::welcome: maxlen = static_cast<std::uint32_t>(sizeof(welcome_fixed) + max_ranks * sizeof(std::int32_t)); break;
+  case msg_type::reg_offer: maxlen = sizeof(reg_offer); break;
+  case msg_type::reg_table: maxlen = 8 + max_ranks * 8; break;
+  }
   if (h.length > maxlen) reject("payload length " + std::to_string(h.length) + " exceeds " + std::to_string(maxlen));
   if (h.reserved != 0) reject("reserved header field is not zero");
   return h.length;
@@ -112,6 +139,25 @@ inline welcome parse_welcome(const std::byte* payload, std::size_t n) {
     reject("welcome: inconsistent sizes");
   m.pids.resize(static_cast<std::size_t>(m.fixed.nranks));
   std::memcpy(m.pids.data(), payload + sizeof(welcome_fixed), m.pids.size() * sizeof(std::int32_t));
+  return m;
+}
+
+inline reg_offer parse_reg_offer(const std::byte* payload, std::size_t n) {
+  if (n != sizeof(reg_offer)) reject("registration offer has " + std::to_string(n) + " bytes, expected " + std::to_string(sizeof(reg_offer)));
+  reg_offer m;
+  std::memcpy(&m, payload, sizeof m);
+  if (m.bytes == 0 || m.bytes > (std::uint64_t{1} << 40)) reject("registration offer: bad size");
+  return m;
+}
+
+inline reg_table parse_reg_table(const std::byte* payload, std::size_t n) {
+  if (n < 16 || (n - 8) % 8 != 0 || (n - 8) / 8 > max_ranks) reject("registration table has a bad length");
+  reg_table m;
+  std::memcpy(&m.alloc_id, payload, 8);
+  m.bytes.resize((n - 8) / 8);
+  std::memcpy(m.bytes.data(), payload + 8, n - 8);
+  for (std::uint64_t b : m.bytes)
+    if (b == 0 || b > (std::uint64_t{1} << 40)) reject("registration table: bad size");
   return m;
 }
 

@@ -24,6 +24,8 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <algorithm>
 #include <vector>
 
 #include "../bootstrap/rendezvous.hpp"
@@ -34,7 +36,9 @@
 #include "../schedule/schedule.hpp"
 #include "../transport/host/context.hpp"
 #include "../transport/host/executor.hpp"
+#include "../transport/host/memory.hpp"
 #include "../transport/host/p2p.hpp"
+#include "../transport/host/registry.hpp"
 #include "../transport/host/segment.hpp"
 #include "options.hpp"
 #include "tuning.hpp"
@@ -42,6 +46,49 @@
 namespace braid {
 
 class thread_group;
+
+// Memory allocated through a communicator (communicator::alloc). For processes its peers map it, so
+// collectives whose input lies in it are read in place: no staging copy. Owns its memory; freeing it
+// is local. Move-only.
+template <class T> class buffer {
+public:
+  buffer() = default;
+  buffer(buffer&&) noexcept = default;
+  buffer& operator=(buffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      mem_ = std::move(o.mem_);
+      count_ = std::exchange(o.count_, 0);
+      reg_ = std::move(o.reg_);
+      id_ = std::exchange(o.id_, 0);
+    }
+    return *this;
+  }
+  ~buffer() { release(); }
+
+  T* data() const { return reinterpret_cast<T*>(mem_.data()); }
+  std::size_t size() const { return count_; }
+  bool empty() const { return count_ == 0; }
+  T& operator[](std::size_t i) const { return data()[i]; }
+  T* begin() const { return data(); }
+  T* end() const { return data() + count_; }
+  std::span<T> span() const { return {data(), count_}; }
+  operator std::span<T>() const { return span(); }
+  bool registered() const { return reg_ != nullptr; } // shared with the peers (processes)
+
+private:
+  friend class communicator;
+  void release() {
+    if (reg_) reg_->remove_own(id_);
+    reg_.reset();
+    mem_.reset();
+    count_ = 0;
+  }
+  host::mapped_memory mem_;
+  std::size_t count_ = 0;
+  std::shared_ptr<host::registry> reg_;
+  std::uint64_t id_ = 0;
+};
 
 class communicator {
 public:
@@ -186,6 +233,29 @@ public:
 
   std::uint64_t calls() const { return live().seq; }
 
+  // Allocates `count` elements that peers can read in place (collective for processes: every rank
+  // calls it, in the same order; sizes may differ). Zero-initialised.
+  template <element T> buffer<T> alloc(std::size_t count) {
+    impl& p = enter("alloc");
+    if (count > (std::size_t{1} << 40) / sizeof(T)) raise(errc::invalid_argument, "alloc: count too large", p.cx.ctx);
+    const std::size_t bytes = std::max<std::size_t>(4096, (count * sizeof(T) + 4095) / 4096 * 4096);
+    buffer<T> b;
+    b.count_ = count;
+    if (p.cx.mode == host::rank_mode::threads || p.cx.nranks == 1) {
+      b.mem_ = host::mapped_memory::anonymous(bytes); // threads read each other's memory anyway
+      return b;
+    }
+    guarded(p, [&] {
+      b.mem_ = host::mapped_memory::create_shared(bytes, "braid-buffer");
+      const std::uint64_t id = p.reg->next_id();
+      exchange_registration(p, id, b.mem_);
+      p.reg->add_own(id, b.mem_.data(), count * sizeof(T));
+      b.reg_ = p.reg;
+      b.id_ = id;
+    });
+    return b;
+  }
+
 private:
   friend class thread_group;
   struct impl {
@@ -197,8 +267,63 @@ private:
     std::string failure;
     std::atomic<bool> busy{false};
     host::p2p_state p2p;
+    std::shared_ptr<host::registry> reg;
+    std::vector<host::socket_fd> sockets; // processes: to rank 0 (or, on rank 0, to each peer)
   };
   std::unique_ptr<impl> p_;
+
+  static void exchange_registration(impl& p, std::uint64_t id, const host::mapped_memory& mine) {
+    using namespace host::detail;
+    const int n = p.cx.nranks, r = p.cx.rank;
+    const auto deadline = clock::now() + p.opts.timeout;
+    std::vector<std::uint64_t> sizes(static_cast<std::size_t>(n), 0);
+    std::vector<int> fds(static_cast<std::size_t>(n), -1); // received descriptors, by rank
+    auto close_all = [&] { for (int q = 0; q < n; ++q) if (q != r && fds[static_cast<std::size_t>(q)] >= 0) ::close(fds[static_cast<std::size_t>(q)]); };
+    sizes[static_cast<std::size_t>(r)] = mine.size();
+    fds[static_cast<std::size_t>(r)] = mine.fd();
+    try {
+      if (r == 0) {
+        for (int q = 1; q < n; ++q) {
+          std::vector<int> got;
+          const auto offer = recv_message(p.sockets[static_cast<std::size_t>(q)].get(), wire::msg_type::reg_offer, &got, deadline, r, wire::parse_reg_offer);
+          if (got.size() != 1 || offer.alloc_id != id) {
+            for (int f : got) ::close(f);
+            raise(errc::mismatch, "alloc: rank " + std::to_string(q) + " is at a different allocation (calls to alloc must match on every rank)");
+          }
+          fds[static_cast<std::size_t>(q)] = got[0];
+          sizes[static_cast<std::size_t>(q)] = offer.bytes;
+        }
+        const auto table = wire::encode_reg_table(wire::reg_table{id, sizes});
+        for (int q = 1; q < n; ++q) {
+          std::vector<int> pass;
+          for (int k = 0; k < n; ++k) if (k != q) pass.push_back(fds[static_cast<std::size_t>(k)]);
+          send_all(p.sockets[static_cast<std::size_t>(q)].get(), table, pass, deadline, r);
+        }
+      } else {
+        send_all(p.sockets[0].get(), wire::encode_reg_offer(wire::reg_offer{id, mine.size()}), {mine.fd()}, deadline, r);
+        std::vector<int> got;
+        const auto t = recv_message(p.sockets[0].get(), wire::msg_type::reg_table, &got, deadline, r, wire::parse_reg_table);
+        if (t.alloc_id != id || t.bytes.size() != static_cast<std::size_t>(n) || got.size() != static_cast<std::size_t>(n - 1)) {
+          for (int f : got) ::close(f);
+          raise(errc::protocol, "alloc: rank 0 sent a registration table that does not match this allocation");
+        }
+        std::size_t k = 0;
+        for (int q = 0; q < n; ++q) if (q != r) fds[static_cast<std::size_t>(q)] = got[k++];
+        sizes = t.bytes;
+      }
+    } catch (...) {
+      close_all();
+      throw;
+    }
+    std::vector<host::mapped_memory> maps(static_cast<std::size_t>(n));
+    for (int q = 0; q < n; ++q) {
+      if (q == r) continue;
+      const int f = fds[static_cast<std::size_t>(q)];
+      fds[static_cast<std::size_t>(q)] = -1;
+      maps[static_cast<std::size_t>(q)] = host::mapped_memory::map_shared(f, sizes[static_cast<std::size_t>(q)], false);
+    }
+    p.reg->set_peers(id, std::move(maps));
+  }
 
   impl& live() const {
     if (!p_) raise(errc::invalid_usage, "this communicator is empty (default-constructed, moved from or closed)");
@@ -310,9 +435,15 @@ private:
         if (writes_out && !in_place) std::memcpy(out, in, out_n * sizeof(T));
         return;
       }
-      const bool zero_copy = p.cx.mode == host::rank_mode::threads && !in_place && reads_in &&
-                             in_n * sizeof(T) >= p.opts.zero_copy_min_bytes;
-      const host::collective_buffers b{in, out, count, root, zero_copy};
+      std::uint64_t desc = 0;
+      if (!in_place && reads_in) {
+        if (p.cx.mode == host::rank_mode::threads) {
+          if (in_n * sizeof(T) >= p.opts.zero_copy_min_bytes) desc = reinterpret_cast<std::uint64_t>(in);
+        } else if (p.reg) {
+          desc = p.reg->describe(in, in_n * sizeof(T));
+        }
+      }
+      const host::collective_buffers b{in, out, count, root, desc != 0, desc};
       schedule::with_schedule(a, [&](auto s) {
         using S = decltype(s);
         if (host::per_round<S, T>(p.cx, c) == 0)
@@ -426,6 +557,9 @@ inline communicator communicator::join(const unique_id& id, int rank, int nranks
   auto mem = std::make_shared<host::mapped_memory>(std::move(res.segment));
   communicator c = make(std::move(mem), layout, rank, nranks, host::rank_mode::processes, opts);
   impl& p = *c.p_;
+  p.sockets = std::move(res.sockets);
+  p.reg = std::make_shared<host::registry>();
+  p.cx.reg = p.reg.get();
   p.cx.peer_pid = res.pids;
   p.cx.peer_pidfd.assign(static_cast<std::size_t>(nranks), -1);
   for (int q = 0; q < nranks; ++q)

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "../../core/error.hpp"
+#include "registry.hpp"
 #include "segment.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -50,6 +51,7 @@ public:
   std::chrono::nanoseconds timeout{std::chrono::seconds(300)};
   std::vector<int> peer_pidfd;              // processes: pidfd per rank (-1: none or self)
   std::vector<std::int32_t> peer_pid;
+  const registry* reg = nullptr;            // processes: buffers registered with the communicator
 
   // The call in progress, for error messages.
   error_context ctx{};
@@ -61,6 +63,13 @@ public:
   }
 
   rank_control& self() const { return seg.rank(rank); }
+
+  // Start of peer's input for the current round, given the descriptor it published (non-zero).
+  const std::byte* resolve_input(int peer, std::uint64_t desc) const {
+    if (mode == rank_mode::threads) return reinterpret_cast<const std::byte*>(desc);
+    if (!reg) raise(errc::protocol, "a peer published a registered-buffer descriptor but this rank has no registry");
+    return reg->resolve(peer, desc);
+  }
 
   void post(std::uint64_t word) const { self().progress.store(word, std::memory_order_release); }
 

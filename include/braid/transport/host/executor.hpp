@@ -54,6 +54,7 @@ struct collective_buffers {
   std::uint64_t count; // elements per block
   int root;
   bool zero_copy;      // peers read `in` directly (it must stay valid and unchanged until return)
+  std::uint64_t in_desc; // what peers resolve to `in` when zero_copy: a pointer (threads) or a registry descriptor
 };
 
 template <class S, class T, class Op>
@@ -108,7 +109,7 @@ void run_schedule(rank_context& cx, collective coll, const collective_buffers& b
         if (q != r) cx.wait_progress(q, progress_word(R - 1, 0));
     rank_control& me = cx.self();
     if (b.zero_copy) {
-      me.in_desc[h] = reinterpret_cast<std::uint64_t>(in);
+      me.in_desc[h] = b.in_desc;
     } else {
       me.in_desc[h] = 0;
       for (std::uint32_t c = 0; c < P; ++c) {
@@ -140,8 +141,8 @@ void run_schedule(rank_context& cx, collective coll, const collective_buffers& b
             ptrs[i] = in + in_off(c, sp, base);
           } else {
             const std::uint64_t d = cx.seg.rank(s.rank).in_desc[h];
-            ptrs[i] =
-                d ? reinterpret_cast<const T*>(d) + in_off(c, sp, base) : slot(s.rank, h, 0, c, sp);
+            ptrs[i] = d ? reinterpret_cast<const T*>(cx.resolve_input(s.rank, d)) + in_off(c, sp, base)
+                        : slot(s.rank, h, 0, c, sp);
           }
         }
         T* w = st.win >= 0 && st.win < nph ? slot(r, h, 1 + st.win, c, sp) : nullptr;

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs the Debian packages braid's build, tests and benchmarks use (skips what is present).
+# The CUDA toolkit is not installed here: the CUDA parts build when nvcc is found.
+set -euo pipefail
+pkgs=(cmake ninja-build g++ doctest-dev libbenchmark-dev "$@")
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "installing: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
