@@ -1,5 +1,5 @@
 // braid/braid.hpp — everything a host program needs: element types, operators, errors, the host
-// communicator with its thread and process bootstraps. (CUDA programs include <braid/cuda.cuh>.)
+// communicator with its thread and process bootstraps.
 #pragma once
 
 #include "bootstrap/env.hpp"

@@ -1,20 +1,23 @@
 // braid/comm/communicator.hpp — braid::communicator, what users hold: the collectives on the host.
 //
 // A communicator connects `size()` ranks: threads of one process (braid::run_threads, thread_group)
-// or processes on one host (communicator::join with a unique_id, communicator::from_env under torchrun
-// or mpirun). Every rank calls the same collectives in the same order. Calls are blocking: when one
+// or processes on one host (communicator::join with a unique_id, communicator_from_env() under
+// torchrun or mpirun). Every rank calls the same collectives in the same order. Calls are blocking: when one
 // returns, this rank's output is complete and its input is no longer read by anyone.
 //
 // Guarantees
 //  * Results are bit-identical on every rank, for every type and operator: each output element is
 //    computed once (or by the same expression in the same order) and copied. one_shot, two_shot and
-//    direct reduce in rank order 0..n-1 and so agree with each other bit for bit; ring, tree and
-//    halving_doubling use their own fixed orders. Integers, min and max agree across all algorithms.
+//    direct reduce in rank order 0..n-1 in the accumulator type, and so agree with each other bit for
+//    bit; ring, tree and halving_doubling use their own fixed orders and store partial results in T
+//    between ranks. Integers with their default accumulator, and min/max without NaNs, agree across
+//    all algorithms.
 //  * Bad arguments raise invalid_argument before anything is read or written, on this rank only; the
 //    communicator stays usable and the call may be repeated with good arguments.
-//  * Every wait has a deadline (options::timeout, BRAID_TIMEOUT). A timeout, a peer that died or left,
-//    or abort() raises on every waiting rank, and the communicator then refuses further calls
-//    (usage_error); build a new one to go on.
+//  * Every wait has a deadline (options::timeout, BRAID_TIMEOUT): waiting longer than that for one
+//    peer is an error. A timeout, a peer that died or left, abort(), or any other error inside a call
+//    (send/recv size mismatches included) is published to every rank: calls in progress raise, and
+//    from then on the communicator refuses further calls (usage_error); build a new one to go on.
 #pragma once
 
 #include <atomic>
@@ -134,7 +137,7 @@ public:
   algo algorithm_for(collective c, std::uint64_t bytes, algo requested = algo::automatic) const {
     const impl& p = live();
     if (requested != algo::automatic) return requested;
-    const algo env = p.opts.algorithm[static_cast<int>(c)];
+    const algo env = static_cast<int>(c) < 5 ? p.opts.algorithm[static_cast<int>(c)] : algo::automatic;
     if (env != algo::automatic && supports(env, c)) return env;
     return choose_algorithm(host_tuning, c, p.cx.nranks, bytes);
   }
@@ -171,7 +174,8 @@ public:
     run<T>(collective::all_gather, in, out, send_count, 0, sum<>{}, co);
   }
   void barrier() {
-    impl& p = enter("barrier");
+    busy_guard g(live());
+    impl& p = enter(g.p, "barrier");
     guarded(p, [&] {
       if (p.cx.nranks > 1) host::run_barrier(p.cx);
     });
@@ -179,13 +183,15 @@ public:
 
   // Point to point: blocking; send returns once `peer` has received everything. Sizes must match.
   template <element T> void send(const T* data, std::size_t count, int peer) {
-    impl& p = enter("send");
-    check_p2p(p, data, count, peer, "send");
+    busy_guard g(live());
+    impl& p = enter(g.p, "send");
+    check_p2p<T>(p, data, count, peer, "send");
     guarded(p, [&] { do_sendrecv(p, data, count * sizeof(T), peer, nullptr, 0, -1); });
   }
   template <element T> void recv(T* data, std::size_t count, int peer) {
-    impl& p = enter("recv");
-    check_p2p(p, data, count, peer, "recv");
+    busy_guard g(live());
+    impl& p = enter(g.p, "recv");
+    check_p2p<T>(p, data, count, peer, "recv");
     guarded(p, [&] { do_sendrecv(p, nullptr, 0, -1, data, count * sizeof(T), peer); });
   }
   // Sends to one peer while receiving from another (or the same): the ring-exchange step that plain
@@ -193,9 +199,10 @@ public:
   template <element T>
   void sendrecv(const T* send_data, std::size_t send_count, int send_peer, T* recv_data, std::size_t recv_count,
                 int recv_peer) {
-    impl& p = enter("sendrecv");
-    check_p2p(p, send_data, send_count, send_peer, "sendrecv (send side)");
-    check_p2p(p, recv_data, recv_count, recv_peer, "sendrecv (recv side)");
+    busy_guard g(live());
+    impl& p = enter(g.p, "sendrecv");
+    check_p2p<T>(p, send_data, send_count, send_peer, "sendrecv (send side)");
+    check_p2p<T>(p, recv_data, recv_count, recv_peer, "sendrecv (recv side)");
     if (send_count && recv_count && overlap(send_data, send_count * sizeof(T), recv_data, recv_count * sizeof(T)))
       raise(errc::invalid_argument, "sendrecv: send and receive buffers overlap", p.cx.ctx);
     guarded(p, [&] {
@@ -236,7 +243,8 @@ public:
   // Allocates `count` elements that peers can read in place (collective for processes: every rank
   // calls it, in the same order; sizes may differ). Zero-initialised.
   template <element T> buffer<T> alloc(std::size_t count) {
-    impl& p = enter("alloc");
+    busy_guard g(live());
+    impl& p = enter(g.p, "alloc");
     if (count > (std::size_t{1} << 40) / sizeof(T)) raise(errc::invalid_argument, "alloc: count too large", p.cx.ctx);
     const std::size_t bytes = std::max<std::size_t>(4096, (count * sizeof(T) + 4095) / 4096 * 4096);
     buffer<T> b;
@@ -330,9 +338,30 @@ private:
     return *p_;
   }
 
-  // Starts a call: checks the communicator is usable and claims it for this thread.
-  impl& enter(const char* what) {
-    impl& p = live();
+  // Claims the communicator for this thread for the duration of a call.
+  struct busy_guard {
+    impl& p;
+    explicit busy_guard(impl& q) : p(q) {
+      if (p.busy.exchange(true, std::memory_order_acquire))
+        raise(errc::invalid_usage, "the communicator is already in a call on another thread; a communicator "
+                                   "is used by one thread at a time", error_context{p.cx.rank, nullptr, 0, -1});
+    }
+    busy_guard(const busy_guard&) = delete;
+    ~busy_guard() { p.busy.store(false, std::memory_order_release); }
+  };
+
+  // Starts a call (the guard must already be held): checks the communicator is usable, including
+  // that no other rank has failed or aborted it, and sets the call's context.
+  impl& enter(impl& p, const char* what) {
+    if (!p.failed && p.cx.seg.header().abort_word.load(std::memory_order_acquire) != 0) {
+      p.cx.begin_call(what, p.seq + 1);
+      try {
+        p.cx.check_abort(-1);
+      } catch (const error& e) {
+        p.failed = true;
+        p.failure = e.what();
+      }
+    }
     if (p.failed)
       raise(errc::invalid_usage, std::string("the communicator failed earlier and refuses further calls: ") + p.failure,
             error_context{p.cx.rank, what, p.seq + 1, -1});
@@ -340,27 +369,26 @@ private:
     return p;
   }
 
-  struct busy_guard {
-    impl& p;
-    explicit busy_guard(impl& q) : p(q) {
-      if (p.busy.exchange(true, std::memory_order_acquire))
-        raise(errc::invalid_usage, "the communicator is already in a call on another thread; a communicator "
-                                   "is used by one thread at a time", p.cx.ctx);
-    }
-    ~busy_guard() { p.busy.store(false, std::memory_order_release); }
-  };
-
-  // Runs the data-moving part of a call; any error there poisons the communicator.
+  // Runs the data-moving part of a call; any error there poisons the communicator and is published
+  // so that every rank stops waiting.
   template <class F> void guarded(impl& p, F&& f) {
-    busy_guard g(p);
     ++p.seq;
+    auto poison = [&](errc code, const std::string& what) {
+      p.failed = true;
+      p.failure = what;
+      if (code != errc::peer_failed && code != errc::aborted) p.cx.publish_failure(code, what);
+      p.cx.self().state.store(static_cast<std::uint32_t>(host::rank_state::failed), std::memory_order_release);
+    };
     try {
       f();
     } catch (const error& e) {
-      p.failed = true;
-      p.failure = e.what();
-      if (e.code() != errc::peer_failed && e.code() != errc::aborted) p.cx.publish_failure(e.code(), e.what());
-      p.cx.self().state.store(static_cast<std::uint32_t>(host::rank_state::failed), std::memory_order_release);
+      poison(e.code(), e.what());
+      throw;
+    } catch (const std::exception& e) {
+      poison(errc::internal, std::string("rank ") + std::to_string(p.cx.rank) + ": " + e.what());
+      throw;
+    } catch (...) {
+      poison(errc::internal, "rank " + std::to_string(p.cx.rank) + ": an exception escaped the call");
       throw;
     }
   }
@@ -392,7 +420,8 @@ private:
 
   template <class T, class Op>
   void run(collective c, const T* in, T* out, std::size_t count, int root, const Op& op, call_options co) {
-    impl& p = enter(std::string_view(name(c)).data());
+    busy_guard g(live());
+    impl& p = enter(g.p, std::string_view(name(c)).data());
     const int n = p.cx.nranks, r = p.cx.rank;
     const std::size_t blocks = schedule::blocked(c) ? static_cast<std::size_t>(n) : 1;
     // ---- validation: nothing is touched before all of it passed ----
@@ -428,11 +457,21 @@ private:
     if (count == 0) return;
     const algo a = algorithm_for(c, static_cast<std::uint64_t>(in_n) * sizeof(T), co.algorithm);
     if (!supports(a, c)) raise(errc::unsupported, std::string("algorithm ") + std::string(name(a)) + " does not implement " + std::string(name(c)), p.cx.ctx);
-    if (host::per_round<schedule::ring, T>(p.cx, collective::all_reduce) == 0)
-      raise(errc::unsupported, "element of " + std::to_string(sizeof(T)) + " bytes does not fit the staging memory", p.cx.ctx);
+    bool fits = true;
+    schedule::with_schedule(a, [&](auto s) { fits = host::per_round<decltype(s), T>(p.cx, c) > 0; });
+    if (!fits)
+      raise(errc::unsupported, "staging memory (options::staging_bytes) too small for " + std::string(name(a)) +
+                                   " with " + std::to_string(n) + " ranks and " + std::to_string(sizeof(T)) + "-byte elements", p.cx.ctx);
     guarded(p, [&] {
       if (n == 1) {
-        if (writes_out && !in_place) std::memcpy(out, in, out_n * sizeof(T));
+        if (!writes_out) return;
+        const bool reduces = c == collective::all_reduce || c == collective::reduce || c == collective::reduce_scatter;
+        if (reduces) {
+          const T* src[1] = {in};
+          reduce_n<T>(src, 1, out, nullptr, out_n, op, true, 1); // applies finalize, copies otherwise
+        } else if (!in_place) {
+          std::memcpy(out, in, out_n * sizeof(T));
+        }
         return;
       }
       std::uint64_t desc = 0;
@@ -444,12 +483,7 @@ private:
         }
       }
       const host::collective_buffers b{in, out, count, root, desc != 0, desc};
-      schedule::with_schedule(a, [&](auto s) {
-        using S = decltype(s);
-        if (host::per_round<S, T>(p.cx, c) == 0)
-          raise(errc::unsupported, "staging memory too small for " + std::string(name(a)) + " with " + std::to_string(n) + " ranks", p.cx.ctx);
-        host::run_schedule<S, T>(p.cx, c, b, op);
-      });
+      schedule::with_schedule(a, [&](auto s) { host::run_schedule<decltype(s), T>(p.cx, c, b, op); });
     });
   }
 
@@ -568,6 +602,7 @@ inline communicator communicator::join(const unique_id& id, int rank, int nranks
           static_cast<int>(::syscall(SYS_pidfd_open, res.pids[static_cast<std::size_t>(q)], 0));
   // Everyone is attached once every rank passed this barrier; only then may a rank's exit be an error.
   c.barrier();
+  p.seq = 0; // the joining barrier is not one of the user's calls
   return c;
 }
 

@@ -1,5 +1,5 @@
 // braid/comm/options.hpp — communicator options and their environment variables.
-//   BRAID_TIMEOUT        deadline of every wait: "30" (seconds), "500ms", "2m"      (default 300 s)
+//   BRAID_TIMEOUT        longest wait for one peer: "30" (seconds), "500ms", "2m"   (default 300 s)
 //   BRAID_ALGO           "ring" for every collective that has it, or per collective:
 //                        "all_reduce=two_shot,broadcast=tree"                        (default: tuning table)
 //   BRAID_STAGING_BYTES  staging memory per rank, both halves together              (default 8 MiB)
@@ -47,7 +47,10 @@ struct options {
     options o;
     if (const char* t = std::getenv("BRAID_TIMEOUT"); t && *t) o.timeout = parse_duration(t);
     if (const char* a = std::getenv("BRAID_ALGO"); a && *a) o.apply_algo_spec(a);
-    if (const char* s = std::getenv("BRAID_STAGING_BYTES"); s && *s) o.staging_bytes = parse_size(s, "BRAID_STAGING_BYTES");
+    if (const char* s = std::getenv("BRAID_STAGING_BYTES"); s && *s) {
+      o.staging_bytes = parse_size(s, "BRAID_STAGING_BYTES");
+      if (o.staging_bytes < (std::size_t{64} << 10)) raise(errc::invalid_argument, "BRAID_STAGING_BYTES must be at least 64K");
+    }
     if (const char* d = std::getenv("BRAID_DEBUG"); d && *d && std::string_view(d) != "0") o.debug = true;
     return o;
   }

@@ -96,7 +96,10 @@ template <class Acc = void> struct avg {
   static constexpr op_kind kind = op_kind::avg;
   template <class A> BRAID_HD constexpr A operator()(const A& a, const A& b) const { return detail::wrap_add(a, b); }
   template <class A> BRAID_HD constexpr A finalize(const A& x, int nranks) const {
-    if constexpr (std::is_integral_v<A>) return static_cast<A>(x / static_cast<A>(nranks));
+    if constexpr (std::is_integral_v<A> && std::is_signed_v<A>)
+      return static_cast<A>(static_cast<long long>(x) / nranks); // nranks may not fit A
+    else if constexpr (std::is_integral_v<A>)
+      return static_cast<A>(static_cast<unsigned long long>(x) / static_cast<unsigned>(nranks));
     else if constexpr (std::is_floating_point_v<A>) return x / static_cast<A>(nranks);
     else return static_cast<A>(static_cast<float>(x) / static_cast<float>(nranks));
   }

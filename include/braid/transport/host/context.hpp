@@ -1,7 +1,7 @@
 // braid/transport/host/context.hpp — one rank's view of a host communicator: the shared segment, its
 // rank, the call in progress, and the bounded wait every synchronisation goes through.
 //
-// Every wait has a deadline. While waiting, a rank spins briefly, then yields the CPU (ranks may
+// Every wait has a deadline: `timeout` after the wait began. While waiting, a rank spins briefly, then yields the CPU (ranks may
 // outnumber cores), then sleeps in short naps; every few iterations it checks the communicator's abort
 // word, the peer's state (a thread rank that left or failed) and, for processes, whether the peer
 // process still exists. Whatever ends a wait early is raised as an error that names this rank, the
@@ -55,12 +55,8 @@ public:
 
   // The call in progress, for error messages.
   error_context ctx{};
-  std::chrono::steady_clock::time_point deadline{};
 
-  void begin_call(const char* what, std::uint64_t seq) {
-    ctx = error_context{rank, what, seq, -1};
-    deadline = std::chrono::steady_clock::now() + timeout;
-  }
+  void begin_call(const char* what, std::uint64_t seq) { ctx = error_context{rank, what, seq, -1}; }
 
   rank_control& self() const { return seg.rank(rank); }
 
@@ -78,11 +74,15 @@ public:
     wait_ge(seg.rank(peer).progress, target, peer);
   }
 
+  // Waits until word >= target. The deadline counts from the start of this wait: a call that keeps
+  // making progress never times out, a peer that stops for longer than `timeout` is an error.
   template <class Atomic>
   void wait_ge(const Atomic& word, std::uint64_t target, int peer) const {
     if (BRAID_LIKELY(word.load(std::memory_order_acquire) >= target)) return;
+    const auto start = std::chrono::steady_clock::now();
+    const auto limit = start + timeout;
     std::uint32_t spins = 0;
-    auto last_check = std::chrono::steady_clock::time_point{};
+    auto last_check = start;
     for (;;) {
       for (int i = 0; i < 64; ++i) {
         if (word.load(std::memory_order_acquire) >= target) return;
@@ -91,10 +91,14 @@ public:
       ++spins;
       check_abort(peer);
       const auto now = std::chrono::steady_clock::now();
-      if (now > deadline) fail_timeout(peer);
       if (now - last_check > std::chrono::milliseconds(2)) {
-        check_peer(peer);
+        // The peer may have posted its last word and then left: look at the word once more first.
+        if (!peer_present(peer) && word.load(std::memory_order_acquire) < target) fail_peer(peer);
         last_check = now;
+      }
+      if (now > limit) {
+        if (word.load(std::memory_order_acquire) >= target) return;
+        fail_timeout(peer);
       }
       if (spins < 16) continue;
       if (spins < 4096) {
@@ -119,26 +123,27 @@ public:
     raise(errc::peer_failed, "rank " + std::to_string(who) + " failed: " + msg, c);
   }
 
-  void check_peer(int peer) const {
-    if (peer < 0 || peer == rank) return;
+  // Whether peer is still a member that can make progress.
+  bool peer_present(int peer) const {
+    if (peer < 0 || peer == rank) return true;
     const auto st = static_cast<rank_state>(seg.rank(peer).state.load(std::memory_order_acquire));
-    if (st == rank_state::left || st == rank_state::failed) {
-      error_context c = ctx;
-      c.peer = peer;
-      const std::string m = "rank " + std::to_string(peer) +
-                            (st == rank_state::left ? " left the communicator" : " failed") + " while rank " +
-                            std::to_string(rank) + " waited for it";
-      publish_failure(errc::peer_failed, m);
-      raise(errc::peer_failed, m, c);
-    }
-    if (mode == rank_mode::processes && !peer_alive(peer)) {
-      error_context c = ctx;
-      c.peer = peer;
-      const std::string m = "rank " + std::to_string(peer) + " (pid " + std::to_string(peer_pid[peer]) +
-                            ") died while rank " + std::to_string(rank) + " waited for it";
-      publish_failure(errc::peer_failed, m);
-      raise(errc::peer_failed, m, c);
-    }
+    if (st == rank_state::left || st == rank_state::failed) return false;
+    return mode != rank_mode::processes || peer_alive(peer);
+  }
+
+  [[noreturn]] void fail_peer(int peer) const {
+    error_context c = ctx;
+    c.peer = peer;
+    const auto st = static_cast<rank_state>(seg.rank(peer).state.load(std::memory_order_acquire));
+    std::string m;
+    if (st == rank_state::left || st == rank_state::failed)
+      m = "rank " + std::to_string(peer) + (st == rank_state::left ? " left the communicator" : " failed") +
+          " while rank " + std::to_string(rank) + " waited for it";
+    else
+      m = "rank " + std::to_string(peer) + " (pid " + std::to_string(peer_pid[static_cast<std::size_t>(peer)]) +
+          ") died while rank " + std::to_string(rank) + " waited for it";
+    publish_failure(errc::peer_failed, m);
+    raise(errc::peer_failed, m, c);
   }
 
   bool peer_alive(int peer) const {
