@@ -147,31 +147,31 @@ public:
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void all_reduce(const T* in, T* out, std::size_t count, Op op = {}, call_options co = {}) {
-    run<T>(collective::all_reduce, in, out, count, 0, op, co);
+    run<collective::all_reduce, T>(in, out, count, 0, op, co);
   }
   // broadcast: out = root's in on every rank (in is read on the root only; in == out is in-place).
   template <element T>
   void broadcast(const T* in, T* out, std::size_t count, int root, call_options co = {}) {
-    run<T>(collective::broadcast, in, out, count, root, sum<>{}, co);
+    run<collective::broadcast, T>(in, out, count, root, sum<>{}, co);
   }
   // reduce: the root's out = op over every rank's in (out is written on the root only).
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void reduce(const T* in, T* out, std::size_t count, int root, Op op = {}, call_options co = {}) {
-    run<T>(collective::reduce, in, out, count, root, op, co);
+    run<collective::reduce, T>(in, out, count, root, op, co);
   }
   // reduce_scatter: in holds size() blocks of recv_count; out = block rank() of the reduction.
   // In-place: out == in + rank() * recv_count.
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void reduce_scatter(const T* in, T* out, std::size_t recv_count, Op op = {}, call_options co = {}) {
-    run<T>(collective::reduce_scatter, in, out, recv_count, 0, op, co);
+    run<collective::reduce_scatter, T>(in, out, recv_count, 0, op, co);
   }
   // all_gather: out holds size() blocks of send_count; block r = rank r's in.
   // In-place: in == out + rank() * send_count.
   template <element T>
   void all_gather(const T* in, T* out, std::size_t send_count, call_options co = {}) {
-    run<T>(collective::all_gather, in, out, send_count, 0, sum<>{}, co);
+    run<collective::all_gather, T>(in, out, send_count, 0, sum<>{}, co);
   }
   void barrier() {
     busy_guard g(live());
@@ -418,8 +418,8 @@ private:
     if (count) check_ptr<T>(p, data, "buffer");
   }
 
-  template <class T, class Op>
-  void run(collective c, const T* in, T* out, std::size_t count, int root, const Op& op, call_options co) {
+  template <collective c, class T, class Op>
+  void run(const T* in, T* out, std::size_t count, int root, const Op& op, call_options co) {
     busy_guard g(live());
     impl& p = enter(g.p, std::string_view(name(c)).data());
     const int n = p.cx.nranks, r = p.cx.rank;
@@ -458,7 +458,7 @@ private:
     const algo a = algorithm_for(c, static_cast<std::uint64_t>(in_n) * sizeof(T), co.algorithm);
     if (!supports(a, c)) raise(errc::unsupported, std::string("algorithm ") + std::string(name(a)) + " does not implement " + std::string(name(c)), p.cx.ctx);
     bool fits = true;
-    schedule::with_schedule(a, [&](auto s) { fits = host::per_round<decltype(s), T>(p.cx, c) > 0; });
+    schedule::with_supported_schedule<c>(a, [&](auto s) { fits = host::per_round<decltype(s), T>(p.cx, c) > 0; });
     if (!fits)
       raise(errc::unsupported, "staging memory (options::staging_bytes) too small for " + std::string(name(a)) +
                                    " with " + std::to_string(n) + " ranks and " + std::to_string(sizeof(T)) + "-byte elements", p.cx.ctx);
@@ -483,7 +483,7 @@ private:
         }
       }
       const host::collective_buffers b{in, out, count, root, desc != 0, desc};
-      schedule::with_schedule(a, [&](auto s) { host::run_schedule<decltype(s), T>(p.cx, c, b, op); });
+      schedule::with_supported_schedule<c>(a, [&](auto s) { host::run_schedule<decltype(s), T>(p.cx, c, b, op); });
     });
   }
 

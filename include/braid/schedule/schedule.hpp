@@ -18,7 +18,7 @@
 namespace braid::schedule {
 
 // Calls f(S{}) with the schedule type of `a` (which must not be algo::automatic).
-template <class F> BRAID_HD constexpr decltype(auto) with_schedule(algo a, F&& f) {
+template <class F> constexpr decltype(auto) with_schedule(algo a, F&& f) { // host only
   switch (a) {
   case algo::tree: return f(tree{});
   case algo::one_shot: return f(one_shot{});
@@ -28,6 +28,22 @@ template <class F> BRAID_HD constexpr decltype(auto) with_schedule(algo a, F&& f
   case algo::ring: case algo::automatic: break;
   }
   return f(ring{});
+}
+
+// Like with_schedule, for a collective known at compile time: instantiates f only for the schedules
+// that implement C (an unsupported `a` falls back to ring, which implements every collective).
+template <collective C, class F> constexpr decltype(auto) with_supported_schedule(algo a, F&& f) {
+  if constexpr (C == collective::all_reduce) {
+    return with_schedule(a, static_cast<F&&>(f));
+  } else if constexpr (C == collective::reduce_scatter || C == collective::all_gather) {
+    if (a == algo::halving_doubling) return f(halving_doubling{});
+    if (a == algo::direct) return f(direct{});
+    return f(ring{});
+  } else {
+    if (a == algo::tree) return f(tree{});
+    if (a == algo::direct) return f(direct{});
+    return f(ring{});
+  }
 }
 
 } // namespace braid::schedule

@@ -1,0 +1,25 @@
+// braid/cuda/check.cuh — CUDA runtime errors as braid::cuda_error (needs nvcc or the CUDA runtime headers).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "../core/error.hpp"
+
+namespace braid::cuda_detail {
+
+[[noreturn]] inline void raise_cuda(cudaError_t e, const char* call, const char* file, int line,
+                                    const error_context& ctx = {}) {
+  (void)cudaGetLastError(); // clear a non-sticky error so it cannot leak into an unrelated call
+  raise(errc::cuda, std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e), ctx, call, file, line,
+        static_cast<int>(e));
+}
+
+} // namespace braid::cuda_detail
+
+#define BRAID_CUDA_CHECK(expr)                                                                       \
+  do {                                                                                              \
+    const cudaError_t braid_e_ = (expr);                                                            \
+    if (braid_e_ != cudaSuccess) ::braid::cuda_detail::raise_cuda(braid_e_, #expr, __FILE__, __LINE__); \
+  } while (0)

@@ -1,0 +1,313 @@
+// braid/cuda/communicator.cuh — collectives between ranks that are GPUs (or shares of one GPU) driven
+// by one process. Each rank has its own CUDA stream, buffers and staging memory; peers' memory is
+// reached through cudaDeviceEnablePeerAccess (ranks on the same GPU need nothing).
+//
+//   auto comms = braid::cuda::create_group({0, 0, 0, 0});   // four ranks sharing GPU 0
+//   comms[r].all_reduce(d_in, d_out, count, braid::sum{}, stream_r);  // from rank r's thread, or one
+//                                                                    // thread enqueuing for all ranks
+//
+// Calls are stream-ordered and return at once; nothing is synchronised on the host. Every rank must
+// enqueue the same collectives in the same order, and the kernels of all ranks of a call must be able
+// to run at the same time: create_group sizes the grids so that all ranks on one GPU are co-resident
+// and refuses a configuration where they could not be. A kernel that waits longer than the timeout,
+// or sees the group aborted, returns early; check() raises that error on the host (call it after
+// synchronising the stream, or periodically). A collective is capturable in a CUDA graph: round
+// numbers live on the device, so every replay is a new round.
+//
+// Not verified on a GPU yet: this file compiles in CI; the GPU tests skip where no device exists.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../comm/options.hpp"
+#include "../comm/tuning.hpp"
+#include "../core/error.hpp"
+#include "../core/ops.hpp"
+#include "../core/types.hpp"
+#include "../schedule/schedule.hpp"
+#include "check.cuh"
+#include "executor.cuh"
+
+namespace braid::cuda {
+
+// Tuning for the CUDA backend (not yet measured: no GPU run so far; see docs/benchmarks.md).
+inline constexpr tuning_rule cuda_tuning[] = {
+    {collective::all_reduce, 2, 64, std::uint64_t{256} << 10, algo::one_shot, "unmeasured: one synchronisation"},
+    {collective::all_reduce, 2, 64, ~std::uint64_t{0}, algo::two_shot, "unmeasured: 2(n-1)/n bytes, two synchronisations"},
+    {collective::reduce_scatter, 2, 64, ~std::uint64_t{0}, algo::direct, "unmeasured"},
+    {collective::all_gather, 2, 64, ~std::uint64_t{0}, algo::direct, "unmeasured"},
+    {collective::broadcast, 2, 64, ~std::uint64_t{0}, algo::direct, "unmeasured"},
+    {collective::reduce, 2, 64, ~std::uint64_t{0}, algo::direct, "unmeasured"},
+};
+
+struct group_options {
+  options base = options::from_env();
+  int threads_per_block = 512;
+  int max_blocks_per_rank = 32;
+};
+
+namespace detail {
+
+struct rank_memory {
+  int device = 0;
+  void* segment = nullptr; // progress, in_desc, arrivals, round, then the two halves
+  cuda_detail::device_rank view{};
+  cuda_detail::device_rank* table = nullptr; // device copy of every rank's view, on this rank's GPU
+};
+
+struct group_state {
+  int nranks = 0;
+  int blocks = 1, threads = 512;
+  std::uint64_t half_bytes = 0;
+  std::vector<rank_memory> ranks;
+  cuda_detail::device_abort* abort = nullptr; // host-mapped, portable
+  options opts;
+  ~group_state() {
+    for (auto& r : ranks) {
+      cudaSetDevice(r.device);
+      if (r.table) cudaFree(r.table);
+      if (r.segment) cudaFree(r.segment);
+    }
+    if (abort) cudaFreeHost(abort);
+  }
+};
+
+struct device_guard {
+  int saved = 0;
+  explicit device_guard(int dev) {
+    BRAID_CUDA_CHECK(cudaGetDevice(&saved));
+    if (dev != saved) BRAID_CUDA_CHECK(cudaSetDevice(dev));
+  }
+  ~device_guard() { cudaSetDevice(saved); }
+};
+
+} // namespace detail
+
+class communicator {
+public:
+  communicator() = default;
+  int rank() const { return live(), rank_; }
+  int size() const { return live().nranks; }
+  int device() const { return live().ranks[static_cast<std::size_t>(rank_)].device; }
+  bool valid() const noexcept { return g_ != nullptr; }
+
+  // Raises the error a kernel of this group recorded (timeout, abort), if any.
+  void check() const {
+    const detail::group_state& g = live();
+    const auto* ab = g.abort;
+    if (!*reinterpret_cast<const volatile unsigned*>(&ab->flag)) return;
+    error_context c{rank_, "cuda collective", 0, ab->first.peer};
+    if (ab->first.code == static_cast<unsigned>(errc::timeout))
+      raise(errc::timeout, "rank " + std::to_string(ab->first.rank) + " waited more than the timeout for rank " +
+                               std::to_string(ab->first.peer) + " at step " + std::to_string(ab->first.step) + " on the GPU", c);
+    raise(errc::aborted, "the group was aborted", c);
+  }
+  // Makes every kernel of the group return at its next check (within microseconds).
+  void abort() {
+    detail::group_state& g = live();
+    if (g.abort->first.code == 0) g.abort->first.code = static_cast<unsigned>(errc::aborted);
+    __atomic_store_n(&g.abort->flag, 1u, __ATOMIC_RELEASE);
+  }
+
+  template <element T, class Op = sum<>>
+    requires reduction_for<Op, T>
+  void all_reduce(const T* in, T* out, std::size_t count, Op op, cudaStream_t stream, call_options co = {}) {
+    launch<collective::all_reduce, T>(in, out, count, 0, op, stream, co);
+  }
+  template <element T>
+  void broadcast(const T* in, T* out, std::size_t count, int root, cudaStream_t stream, call_options co = {}) {
+    launch<collective::broadcast, T>(in, out, count, root, sum<>{}, stream, co);
+  }
+  template <element T, class Op = sum<>>
+    requires reduction_for<Op, T>
+  void reduce(const T* in, T* out, std::size_t count, int root, Op op, cudaStream_t stream, call_options co = {}) {
+    launch<collective::reduce, T>(in, out, count, root, op, stream, co);
+  }
+  template <element T, class Op = sum<>>
+    requires reduction_for<Op, T>
+  void reduce_scatter(const T* in, T* out, std::size_t recv_count, Op op, cudaStream_t stream, call_options co = {}) {
+    launch<collective::reduce_scatter, T>(in, out, recv_count, 0, op, stream, co);
+  }
+  template <element T>
+  void all_gather(const T* in, T* out, std::size_t send_count, cudaStream_t stream, call_options co = {}) {
+    launch<collective::all_gather, T>(in, out, send_count, 0, sum<>{}, stream, co);
+  }
+
+  algo algorithm_for(collective c, std::uint64_t bytes, algo requested = algo::automatic) const {
+    const detail::group_state& g = live();
+    if (requested != algo::automatic) return requested;
+    const algo env = static_cast<int>(c) < 5 ? g.opts.algorithm[static_cast<int>(c)] : algo::automatic;
+    if (env != algo::automatic && supports(env, c)) return env;
+    return choose_algorithm(cuda_tuning, c, g.nranks, bytes);
+  }
+
+  friend std::vector<communicator> create_group(const std::vector<int>& devices, const group_options& o);
+
+private:
+  std::shared_ptr<detail::group_state> g_;
+  int rank_ = 0;
+
+  detail::group_state& live() const {
+    if (!g_) raise(errc::invalid_usage, "this CUDA communicator is empty (default-constructed or moved from)");
+    return *g_;
+  }
+
+  template <collective c, class T, class Op>
+  void launch(const T* in, T* out, std::size_t count, int root, const Op& op, cudaStream_t stream, call_options co) {
+    detail::group_state& g = live();
+    const int n = g.nranks, r = rank_;
+    error_context ctx{r, std::string_view(name(c)).data(), 0, -1};
+    check();
+    const std::size_t blocks = schedule::blocked(c) ? static_cast<std::size_t>(n) : 1;
+    if (count > static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(T) / blocks)
+      raise(errc::invalid_argument, "count * sizeof(T) overflows", ctx);
+    if ((c == collective::broadcast || c == collective::reduce) && (root < 0 || root >= n))
+      raise(errc::invalid_argument, "root " + std::to_string(root) + " out of range", ctx);
+    if (co.algorithm != algo::automatic && !supports(co.algorithm, c))
+      raise(errc::unsupported, std::string("algorithm ") + std::string(name(co.algorithm)) + " does not implement " + std::string(name(c)), ctx);
+    const bool reads_in = c != collective::broadcast || r == root;
+    const bool writes_out = c != collective::reduce || r == root;
+    const std::size_t in_n = c == collective::reduce_scatter ? count * blocks : count;
+    const std::size_t out_n = c == collective::all_gather ? count * blocks : count;
+    if (count && reads_in && !in) raise(errc::invalid_argument, "input buffer is null", ctx);
+    if (count && writes_out && !out) raise(errc::invalid_argument, "output buffer is null", ctx);
+    const auto lo = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p); };
+    bool in_place = false;
+    if (count && reads_in && writes_out && lo(in) < lo(out + out_n) && lo(out) < lo(in + in_n)) {
+      const T* allowed = c == collective::reduce_scatter ? in + static_cast<std::size_t>(r) * count
+                                                         : (c == collective::all_gather ? out + static_cast<std::size_t>(r) * count : in);
+      if ((c == collective::all_gather ? in : out) != allowed)
+        raise(errc::invalid_argument, "input and output overlap but are not the in-place form", ctx);
+      in_place = true;
+    }
+    if (count == 0) return;
+    detail::device_guard dg(g.ranks[static_cast<std::size_t>(r)].device);
+    if (n == 1) {
+      if (writes_out && !in_place)
+        BRAID_CUDA_CHECK(cudaMemcpyAsync(out, in, out_n * sizeof(T), cudaMemcpyDeviceToDevice, stream));
+      return;
+    }
+    const algo a = algorithm_for(c, static_cast<std::uint64_t>(in_n) * sizeof(T), co.algorithm);
+    if (!supports(a, c)) raise(errc::unsupported, "algorithm does not implement this collective", ctx);
+    schedule::with_supported_schedule<c>(a, [&](auto s) {
+      using S = decltype(s);
+      const std::uint64_t regions = static_cast<std::uint64_t>(S::nphases(c, n)) + 1;
+      std::uint64_t per = g.half_bytes / (regions * blocks * sizeof(T) + regions * 64);
+      const std::uint64_t unit = cuda_detail::chunk_unit<T>();
+      if (per >= unit) per -= per % unit;
+      if (per == 0) raise(errc::unsupported, "staging memory too small for this schedule", ctx);
+      // Every round's schedule must fit the arrival counters.
+      const std::uint32_t P = S::nchunks(c, n, cuda_detail::pipeline_chunks<T>(std::min<std::uint64_t>(per, count)));
+      if (S::nsteps(schedule::args{c, n, r, root, P}) > cuda_detail::max_steps)
+        raise(errc::unsupported, "schedule has too many steps per round for the CUDA executor", ctx);
+      cuda_detail::launch_args la{};
+      la.ranks = g.ranks[static_cast<std::size_t>(r)].table;
+      la.nranks = n;
+      la.rank = r;
+      la.root = root;
+      la.coll = c;
+      la.in = in;
+      la.out = out;
+      la.count = count;
+      la.per_round = per;
+      la.rounds = schedule::nrounds(count, per);
+      la.half_bytes = g.half_bytes;
+      la.in_desc = !in_place && reads_in ? static_cast<std::uint64_t>(lo(in)) : 0;
+      la.abort = g.abort;
+      la.timeout_ns = static_cast<std::uint64_t>(g.opts.timeout.count());
+      cuda_detail::collective_kernel<S, T, Op><<<g.blocks, g.threads, 0, stream>>>(la, op);
+      BRAID_CUDA_CHECK(cudaGetLastError());
+    });
+  }
+};
+
+// Creates one communicator per entry of `devices` (rank r runs on GPU devices[r]; repeat a device to
+// put several ranks on it). Enables peer access between the GPUs used, or raises unsupported.
+inline std::vector<communicator> create_group(const std::vector<int>& devices, const group_options& o = {}) {
+  const int n = static_cast<int>(devices.size());
+  if (n < 1 || n > 64) raise(errc::invalid_argument, "create_group: between 1 and 64 ranks");
+  int count = 0;
+  BRAID_CUDA_CHECK(cudaGetDeviceCount(&count));
+  for (int d : devices)
+    if (d < 0 || d >= count) raise(errc::invalid_argument, "create_group: device " + std::to_string(d) + " does not exist");
+  auto g = std::make_shared<detail::group_state>();
+  g->nranks = n;
+  g->opts = o.base;
+  g->threads = o.threads_per_block;
+  g->half_bytes = (o.base.staging_bytes / 2 + 4095) / 4096 * 4096;
+  // Peer access between distinct GPUs.
+  for (int a : devices)
+    for (int b : devices) {
+      if (a == b) continue;
+      int ok = 0;
+      BRAID_CUDA_CHECK(cudaDeviceCanAccessPeer(&ok, a, b));
+      if (!ok) raise(errc::unsupported, "GPU " + std::to_string(a) + " cannot access GPU " + std::to_string(b) + " peer to peer");
+      detail::device_guard dg(a);
+      const cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
+      if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
+      else if (e != cudaSuccess) cuda_detail::raise_cuda(e, "cudaDeviceEnablePeerAccess", __FILE__, __LINE__);
+    }
+  // Co-residency: all ranks on one GPU must run their kernels at once.
+  int blocks = o.max_blocks_per_rank;
+  for (int d : devices) {
+    const int on_d = static_cast<int>(std::count(devices.begin(), devices.end(), d));
+    detail::device_guard dg(d);
+    int sms = 0, per_sm = 0;
+    BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d));
+    BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, cuda_detail::collective_kernel<schedule::one_shot, float, sum<>>, g->threads, 0));
+    const int capacity = sms * per_sm;
+    if (capacity < on_d)
+      raise(errc::unsupported, "GPU " + std::to_string(d) + " cannot keep the kernels of " + std::to_string(on_d) +
+                                   " ranks resident at once (capacity " + std::to_string(capacity) + " blocks)");
+    blocks = std::min(blocks, std::max(1, capacity / on_d / 2)); // half the capacity: leave room for other work
+  }
+  g->blocks = blocks;
+  BRAID_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&g->abort), sizeof(cuda_detail::device_abort),
+                                 cudaHostAllocMapped | cudaHostAllocPortable));
+  *g->abort = cuda_detail::device_abort{};
+  g->ranks.resize(static_cast<std::size_t>(n));
+  const std::size_t ctrl = 4096 + 2 * (cuda_detail::max_steps + 2) * sizeof(cuda_detail::u64);
+  const std::size_t ctrl_aligned = (ctrl + 4095) / 4096 * 4096;
+  for (int r = 0; r < n; ++r) {
+    auto& m = g->ranks[static_cast<std::size_t>(r)];
+    m.device = devices[static_cast<std::size_t>(r)];
+    detail::device_guard dg(m.device);
+    const std::size_t bytes = ctrl_aligned + 2 * g->half_bytes;
+    BRAID_CUDA_CHECK(cudaMalloc(&m.segment, bytes));
+    BRAID_CUDA_CHECK(cudaMemset(m.segment, 0, ctrl_aligned));
+    auto* base = static_cast<std::byte*>(m.segment);
+    m.view.progress = reinterpret_cast<cuda_detail::u64*>(base);
+    m.view.round = reinterpret_cast<cuda_detail::u64*>(base + 128);
+    m.view.in_desc = reinterpret_cast<cuda_detail::u64*>(base + 256);
+    m.view.arrivals = reinterpret_cast<cuda_detail::u64*>(base + 4096);
+    m.view.half[0] = base + ctrl_aligned;
+    m.view.half[1] = base + ctrl_aligned + g->half_bytes;
+  }
+  std::vector<cuda_detail::device_rank> views(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) views[static_cast<std::size_t>(r)] = g->ranks[static_cast<std::size_t>(r)].view;
+  for (int r = 0; r < n; ++r) {
+    auto& m = g->ranks[static_cast<std::size_t>(r)];
+    detail::device_guard dg(m.device);
+    BRAID_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&m.table), sizeof(cuda_detail::device_rank) * static_cast<std::size_t>(n)));
+    BRAID_CUDA_CHECK(cudaMemcpy(m.table, views.data(), sizeof(cuda_detail::device_rank) * static_cast<std::size_t>(n), cudaMemcpyHostToDevice));
+  }
+  for (int r = 0; r < n; ++r) {
+    detail::device_guard dg(g->ranks[static_cast<std::size_t>(r)].device);
+    BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  std::vector<communicator> out(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    out[static_cast<std::size_t>(r)].g_ = g;
+    out[static_cast<std::size_t>(r)].rank_ = r;
+  }
+  return out;
+}
+
+} // namespace braid::cuda

@@ -1,0 +1,181 @@
+// braid/cuda/executor.cuh — replays a schedule in one kernel per collective per rank: the GPU twin of
+// transport/host/executor.hpp, with the same rounds, halves, progress words and write-once windows.
+//
+// All blocks of a rank's kernel share each step: thread 0 of every block waits (bounded) for the
+// sources' progress, the whole grid reduces the step's chunks with a grid-stride loop, and the last
+// block to arrive on the step's counter posts the rank's progress word. Round numbers come from a
+// device-side counter read at kernel start and advanced at kernel end, so a collective captured in a
+// CUDA graph uses fresh rounds on every replay. A kernel that times out or sees the group's abort
+// flag returns early and leaves the error for the host (communicator::check()).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../schedule/schedule.hpp"
+#include "device.cuh"
+
+namespace braid::cuda_detail {
+
+inline constexpr int max_steps = 254; // per round; the host refuses schedules with more
+
+// What every rank's kernel needs to know about rank r (device pointers, valid on every GPU of the
+// group through peer access).
+struct device_rank {
+  u64* progress;       // (round << 24) | steps posted, as on the host
+  u64* in_desc;        // [2]: 0 = staged in the window, else the user's input pointer
+  std::byte* half[2];  // staging halves
+  u64* arrivals;       // [2][max_steps + 2] block arrival counters (own rank only)
+  u64* round;          // last round id used by this rank's kernels
+};
+
+struct launch_args {
+  const device_rank* ranks; // [nranks], in this rank's device memory
+  int nranks, rank, root;
+  collective coll;
+  const void* in;
+  void* out;
+  std::uint64_t count;      // elements per block
+  std::uint64_t per_round;  // elements per block per round
+  std::uint64_t rounds;
+  std::uint64_t half_bytes;
+  std::uint64_t in_desc;    // non-zero: peers read `in` in place (zero-copy)
+  device_abort* abort;      // host-mapped, shared by the group
+  u64 timeout_ns;
+};
+
+template <class T> __host__ __device__ constexpr std::uint64_t chunk_unit() {
+  return (64 % sizeof(T) == 0) ? 64 / sizeof(T) : 1;
+}
+template <class T> __host__ __device__ constexpr std::uint32_t pipeline_chunks(std::uint64_t len) {
+  const std::uint64_t p = (len * sizeof(T) + (64u << 10) - 1) / (64u << 10);
+  return static_cast<std::uint32_t>(p < 1 ? 1 : (p > 32 ? 32 : p));
+}
+
+// Block arrival on slot `s` of round parity `h`; the last of gridDim.x blocks posts `word`.
+__device__ inline void arrive_and_post(const launch_args& a, std::uint64_t h, int s, u64 word) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    const device_rank& me = a.ranks[a.rank];
+    const u64 old = atomicAdd(me.arrivals + h * (max_steps + 2) + s, 1ull);
+    if (old % gridDim.x == gridDim.x - 1) store_release(me.progress, word);
+  }
+}
+
+template <class S, class T, class Op>
+__global__ void collective_kernel(launch_args a, Op op) {
+  using schedule::chunk_span;
+  __shared__ u64 round0;
+  __shared__ int stop;
+  const int n = a.nranks, r = a.rank;
+  const device_rank* ranks = a.ranks;
+  if (threadIdx.x == 0) {
+    round0 = *reinterpret_cast<volatile u64*>(ranks[r].round);
+    stop = 0;
+  }
+  __syncthreads();
+  const bool blk = schedule::blocked(a.coll);
+  const std::uint64_t unit = chunk_unit<T>();
+  const int nph = S::nphases(a.coll, n);
+  const std::uint64_t region_bytes = ((a.per_round * (blk ? static_cast<std::uint64_t>(n) : 1) * sizeof(T)) + 63) / 64 * 64;
+  const std::uint64_t tid = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::uint64_t nthreads = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  const T* in = static_cast<const T*>(a.in);
+  T* out = static_cast<T*>(a.out);
+
+  auto in_off = [&](std::uint32_t c, const chunk_span& s, std::uint64_t base) -> std::uint64_t {
+    return (a.coll == collective::reduce_scatter ? c * a.count : 0) + base + s.begin;
+  };
+  auto out_off = [&](std::uint32_t c, const chunk_span& s, std::uint64_t base) -> std::uint64_t {
+    return (a.coll == collective::all_gather ? c * a.count : 0) + base + s.begin;
+  };
+  auto out_covers = [&](std::uint32_t c) {
+    if (a.coll == collective::reduce_scatter) return static_cast<int>(c) == r;
+    if (a.coll == collective::reduce) return r == a.root;
+    return true;
+  };
+  auto slot = [&](int q, std::uint64_t h, int region, std::uint32_t c, const chunk_span& s) -> T* {
+    std::byte* base = ranks[q].half[h] + static_cast<std::uint64_t>(region) * region_bytes;
+    return reinterpret_cast<T*>(base) + (blk ? c * a.per_round : 0) + s.begin;
+  };
+  auto wait = [&](int q, u64 target, int step) {
+    // one thread waits; the block follows
+    if (threadIdx.x == 0 && !stop && !wait_ge(ranks[q].progress, target, a.abort, a.timeout_ns, r, q, step)) stop = 1;
+  };
+
+  std::uint64_t R = round0;
+  for (std::uint64_t k = 0; k < a.rounds; ++k) {
+    R = round0 + k + 1;
+    const std::uint64_t h = R & 1;
+    const std::uint64_t base = k * a.per_round;
+    const std::uint64_t len = a.count - base < a.per_round ? a.count - base : a.per_round;
+    const std::uint32_t P = S::nchunks(a.coll, n, pipeline_chunks<T>(len));
+    const schedule::args sa{a.coll, n, r, a.root, P};
+
+    if (R >= 3)
+      for (int q = 0; q < n; ++q)
+        if (q != r) wait(q, (R - 1) << 24, -1);
+    __syncthreads();
+    if (stop) return;
+    if (a.in_desc) {
+      if (blockIdx.x == 0 && threadIdx.x == 0) ranks[r].in_desc[h] = a.in_desc;
+    } else {
+      if (blockIdx.x == 0 && threadIdx.x == 0) ranks[r].in_desc[h] = 0;
+      for (std::uint32_t c = 0; c < P; ++c) {
+        if (!S::in_published(sa, c)) continue;
+        if (a.coll == collective::all_gather && static_cast<int>(c) != r) continue;
+        if (a.coll == collective::broadcast && r != a.root) continue;
+        const chunk_span s = schedule::chunk_at(a.coll, len, P, c, unit);
+        const T* src[1] = {in + in_off(c, s, base)};
+        reduce_copy<T>(src, 1, slot(r, h, 0, c, s), static_cast<T*>(nullptr), s.count, sum<>{}, false, n, tid, nthreads);
+      }
+    }
+    arrive_and_post(a, h, 0, (R << 24) | 1);
+
+    const int nsteps = S::nsteps(sa);
+    for (int j = 0; j < nsteps; ++j) {
+      const schedule::step st = S::at(sa, j);
+      const int ns = st.count_sources(n);
+      for (int i = 0; i < ns; ++i) {
+        const schedule::source s = st.source_at(i);
+        if (s.rank != r || s.reg == schedule::region::win)
+          wait(s.rank, (R << 24) | static_cast<u64>(s.ready + 2), j);
+      }
+      __syncthreads();
+      if (stop) return;
+      for (std::uint32_t c = st.lo; c < st.hi; ++c) {
+        const chunk_span sp = schedule::chunk_at(a.coll, len, P, c, unit);
+        if (sp.count == 0) continue;
+        const T* srcs[64];
+        for (int i = 0; i < ns && i < 64; ++i) {
+          const schedule::source s = st.source_at(i);
+          if (s.reg == schedule::region::win) {
+            srcs[i] = slot(s.rank, h, 1 + s.phase, c, sp);
+          } else if (s.rank == r) {
+            srcs[i] = in + in_off(c, sp, base);
+          } else {
+            const u64 d = *reinterpret_cast<volatile u64*>(ranks[s.rank].in_desc + h);
+            srcs[i] = d ? reinterpret_cast<const T*>(d) + in_off(c, sp, base) : slot(s.rank, h, 0, c, sp);
+          }
+        }
+        T* w = st.win >= 0 && st.win < nph ? slot(r, h, 1 + st.win, c, sp) : nullptr;
+        T* o = st.out && out_covers(c) ? out + out_off(c, sp, base) : nullptr;
+        if (!w && !o) continue;
+        reduce_copy<T>(srcs, ns, o ? o : w, o ? w : nullptr, sp.count, op, st.final, n, tid, nthreads);
+      }
+      arrive_and_post(a, h, j + 1, (R << 24) | static_cast<u64>(j + 2));
+    }
+    arrive_and_post(a, h, max_steps + 1, (R + 1) << 24);
+  }
+  if (a.in_desc && a.rounds)
+    for (int q = 0; q < n; ++q)
+      if (q != r) wait(q, (R + 1) << 24, -2);
+  __syncthreads();
+  // Every block has passed its last arrival; block 0 advances the round counter for the next kernel
+  // on this stream (stream order makes it visible before that kernel starts).
+  if (blockIdx.x == 0 && threadIdx.x == 0) *ranks[r].round = round0 + a.rounds;
+}
+
+} // namespace braid::cuda_detail
