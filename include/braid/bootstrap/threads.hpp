@@ -30,7 +30,10 @@ template <class F> void run_threads(int n, F&& fn, const options& opts = options
         fn(c);
       } catch (const error& e) {
         errors[static_cast<std::size_t>(r)] = std::current_exception();
-        secondary[static_cast<std::size_t>(r)] = e.code() == errc::peer_failed || e.code() == errc::aborted;
+        // Consequences of another rank's failure: a peer error, an abort, or a refusal to start a
+        // call on a communicator that another rank's failure had already poisoned.
+        secondary[static_cast<std::size_t>(r)] =
+            e.code() == errc::peer_failed || e.code() == errc::aborted || e.code() == errc::invalid_usage;
       } catch (...) {
         errors[static_cast<std::size_t>(r)] = std::current_exception();
       }

@@ -125,6 +125,7 @@ inline hello parse_hello(const std::byte* payload, std::size_t n) {
   if (m.nranks < 1 || static_cast<std::uint32_t>(m.nranks) > max_ranks) reject("hello: bad nranks " + std::to_string(m.nranks));
   if (m.rank < 0 || m.rank >= m.nranks) reject("hello: rank " + std::to_string(m.rank) + " out of range");
   if (m.pid <= 0) reject("hello: bad pid");
+  if (m.reserved != 0) reject("hello: reserved field is not zero");
   return m;
 }
 
@@ -137,8 +138,11 @@ inline welcome parse_welcome(const std::byte* payload, std::size_t n) {
     reject("welcome payload length does not match nranks");
   if (m.fixed.half_bytes == 0 || m.fixed.p2p_bytes == 0 || m.fixed.total_bytes < m.fixed.half_bytes)
     reject("welcome: inconsistent sizes");
+  if (m.fixed.reserved != 0) reject("welcome: reserved field is not zero");
   m.pids.resize(static_cast<std::size_t>(m.fixed.nranks));
   std::memcpy(m.pids.data(), payload + sizeof(welcome_fixed), m.pids.size() * sizeof(std::int32_t));
+  for (std::int32_t pid : m.pids)
+    if (pid <= 0) reject("welcome: bad pid");
   return m;
 }
 

@@ -27,6 +27,8 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <tuple>
+#include <chrono>
 #include <utility>
 #include <algorithm>
 #include <vector>
@@ -500,18 +502,31 @@ private:
     bool sdone = speer < 0, rdone = rpeer < 0;
     if (sdone) return void(rv.poll(true)), void(++st.recv_msgs[static_cast<std::size_t>(rpeer)]);
     if (rdone) return void(s.poll(true)), void(++st.sent_msgs[static_cast<std::size_t>(speer)]);
-    // Both directions: make progress on each without blocking until both are complete.
+    // Both directions: advance each without blocking; wait (bounded like every wait) only while
+    // neither moves, so that two ranks exchanging more than their send buffers never wait on each other.
+    auto state = [&] { return std::make_tuple(s.announced, s.piece, s.done, rv.checked, rv.piece, rv.done); };
+    auto last = state();
+    auto last_move = std::chrono::steady_clock::now();
     std::uint32_t idle = 0;
     while (!sdone || !rdone) {
-      bool moved = false;
-      if (!sdone && s.poll(false)) { sdone = true; moved = true; }
-      if (!rdone && rv.poll(false)) { rdone = true; moved = true; }
-      if (!moved && ++idle > 64) {
-        // Nothing moved for a while: block on whichever is unfinished (the other side will progress
-        // because the peer is running its own loop); bounded by the deadline like every wait.
-        if (!rdone) { rv.poll(true); rdone = true; }
-        else { s.poll(true); sdone = true; }
+      if (!sdone && s.poll(false)) sdone = true;
+      if (!rdone && rv.poll(false)) rdone = true;
+      const auto now_state = state();
+      if (now_state != last) {
+        last = now_state;
+        idle = 0;
+        last_move = std::chrono::steady_clock::now();
+        continue;
       }
+      if (++idle % 64) {
+        BRAID_CPU_RELAX();
+        continue;
+      }
+      const int waiting_for = !rdone ? rpeer : speer;
+      p.cx.check_abort(waiting_for);
+      if (!p.cx.peer_present(waiting_for)) p.cx.fail_peer(waiting_for);
+      if (std::chrono::steady_clock::now() - last_move > p.cx.timeout) p.cx.fail_timeout(waiting_for);
+      if (idle > 4096) sched_yield();
     }
     ++st.sent_msgs[static_cast<std::size_t>(speer)];
     ++st.recv_msgs[static_cast<std::size_t>(rpeer)];

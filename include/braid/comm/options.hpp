@@ -70,20 +70,28 @@ struct options {
     else if (unit == "us") scale = 1e3;
     else if (unit == "m" || unit == "min") scale = 60e9;
     else if (!unit.empty() && unit != "s") digits = false;
-    if (!digits || v <= 0) raise(errc::invalid_argument, "BRAID_TIMEOUT: cannot parse '" + std::string(s) + "' (e.g. 30, 500ms, 2m)");
+    if (!digits || v <= 0 || v * scale > 1e18)
+      raise(errc::invalid_argument, "BRAID_TIMEOUT: cannot parse '" + std::string(s) + "' (e.g. 30, 500ms, 2m; at most ~31 years)");
     return std::chrono::nanoseconds(static_cast<std::int64_t>(v * scale));
   }
 
   static std::size_t parse_size(std::string_view s, const char* what) {
+    constexpr std::size_t limit = std::size_t{1} << 40; // 1 TiB: anything larger is a typo
     std::size_t v = 0, i = 0;
-    for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i) v = v * 10 + static_cast<std::size_t>(s[i] - '0');
+    bool ok = true;
+    for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i) {
+      v = v * 10 + static_cast<std::size_t>(s[i] - '0');
+      if (v > limit) ok = false;
+    }
     const std::string_view unit = s.substr(i);
-    if (unit == "K" || unit == "KiB") v <<= 10;
-    else if (unit == "M" || unit == "MiB") v <<= 20;
-    else if (unit == "G" || unit == "GiB") v <<= 30;
-    else if (!unit.empty()) i = 0;
-    if (i == 0 || v == 0) raise(errc::invalid_argument, std::string(what) + ": cannot parse '" + std::string(s) + "'");
-    return v;
+    int shift = 0;
+    if (unit == "K" || unit == "KiB") shift = 10;
+    else if (unit == "M" || unit == "MiB") shift = 20;
+    else if (unit == "G" || unit == "GiB") shift = 30;
+    else if (!unit.empty()) ok = false;
+    if (i == 0 || !ok || v == 0 || v > (limit >> shift))
+      raise(errc::invalid_argument, std::string(what) + ": cannot parse '" + std::string(s) + "' (a size up to 1 TiB, e.g. 8M)");
+    return v << shift;
   }
 
   void apply_algo_spec(std::string_view spec) {

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The main job: installs what it needs, builds, and runs braid-bench over every collective and every
+# algorithm with checking on (#wrong must be 0), on CUDA when a GPU is present and on the CPU (ranks
+# as threads and as processes) otherwise. Usage: scripts/bench.sh [build-dir]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+bash scripts/deps.sh
+export PATH="$PATH:/usr/local/cuda/bin"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBRAID_BUILD_TESTS=OFF >/dev/null
+cmake --build "$build" -j "$(nproc)" --target braid-bench
+bench="$build/bench/braid-bench"
+status=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  echo "# GPU present: $(nvidia-smi -L | head -1)"
+  "$bench" all -a all -d float -c 1 -b 8 -e 64M -f 4 -np 2 --backend cuda || status=$?
+fi
+for backend in threads procs; do
+  for np in 2 4 8; do
+    "$bench" all -a all -d float -o sum -c 1 -b 8 -e 16M -f 8 -n 5 -w 1 -np "$np" --backend "$backend" || status=$?
+  done
+done
+exit $status

@@ -1,0 +1,746 @@
+// Bootstrap: unique ids (round trip, parse errors, randomness), options::from_env (BRAID_TIMEOUT,
+// BRAID_ALGO, BRAID_STAGING_BYTES), launch_info_from_env (torchrun, OpenMPI and Slurm variables,
+// BRAID_UNIQUE_ID, missing or contradictory variables), the rendezvous wire format (round trips, and
+// protocol_error for every malformed field), and the process rendezvous itself: 3 forked ranks join,
+// also through communicator_from_env; a rank with a wrong secret, a rank with the wrong size and a
+// foreign client are not admitted while the real ranks complete with a full set.
+#include <doctest/doctest.h>
+
+#include <braid/bootstrap/wire.hpp>
+#include <braid/braid.hpp>
+#include <support/fork_ranks.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+namespace {
+
+using braid::errc;
+using namespace std::chrono_literals;
+
+// Sets and unsets environment variables for one scope; restores what was there before.
+class env_scope {
+public:
+  env_scope() = default;
+  env_scope(const env_scope&) = delete;
+  env_scope& operator=(const env_scope&) = delete;
+  ~env_scope() {
+    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
+      if (it->second) ::setenv(it->first.c_str(), it->second->c_str(), 1);
+      else ::unsetenv(it->first.c_str());
+    }
+  }
+  env_scope& set(const char* name, const std::string& value) {
+    save(name);
+    ::setenv(name, value.c_str(), 1);
+    return *this;
+  }
+  env_scope& unset(const char* name) {
+    save(name);
+    ::unsetenv(name);
+    return *this;
+  }
+
+private:
+  void save(const char* name) {
+    const char* v = std::getenv(name);
+    saved_.emplace_back(name, v ? std::optional<std::string>(v) : std::nullopt);
+  }
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+// Every variable options::from_env and launch_info_from_env read, unset.
+void clean_env(env_scope& e) {
+  for (const char* n : {"BRAID_TIMEOUT", "BRAID_ALGO", "BRAID_STAGING_BYTES", "BRAID_DEBUG", "BRAID_UNIQUE_ID", "RANK",
+                        "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                        "TORCHELASTIC_RUN_ID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                        "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID",
+                        "SLURM_NTASKS", "SLURM_JOB_ID", "SLURM_STEP_ID", "OMPI_MCA_ess_base_jobid",
+                        "OMPI_MCA_orte_ess_jobid", "PMIX_NAMESPACE"})
+    e.unset(n);
+}
+
+// Checks that f raises exactly E with code `code`.
+template <class E, class F> void expect_error(errc code, F&& f, const std::string& what) {
+  INFO(what);
+  bool raised = false;
+  try {
+    f();
+  } catch (const E& e) {
+    raised = true;
+    CHECK(e.code() == code);
+  } catch (const std::exception& e) {
+    raised = true;
+    FAIL_CHECK("wrong exception: " << e.what());
+  }
+  CHECK_MESSAGE(raised, "no exception");
+}
+template <class F> void expect_invalid(F&& f, const std::string& what) {
+  expect_error<braid::invalid_argument>(errc::invalid_argument, f, what);
+}
+template <class F> void expect_protocol(F&& f, const std::string& what) {
+  expect_error<braid::protocol_error>(errc::protocol, f, what);
+}
+
+} // namespace
+
+// ---- unique_id ----------------------------------------------------------------------------------------
+
+TEST_CASE("unique_id: generate, to_string and parse round trip") {
+  const braid::unique_id id = braid::unique_id::generate();
+  const std::string s = id.to_string();
+  CHECK(s.size() == 64);
+  for (char ch : s) CHECK(((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f')));
+  CHECK(braid::unique_id::parse(s) == id);
+  std::string upper = s;
+  for (char& ch : upper)
+    if (ch >= 'a' && ch <= 'f') ch = static_cast<char>(ch - 'a' + 'A');
+  CHECK(braid::unique_id::parse(upper) == id);
+  CHECK(id.socket_name() == "braid-" + s.substr(0, 32)); // the name only: the secret is never exposed
+  CHECK(id.socket_name().find(s.substr(32)) == std::string::npos);
+
+  braid::unique_id zero;
+  CHECK(zero.to_string() == std::string(64, '0'));
+  CHECK(braid::unique_id::parse(std::string(64, '0')) == zero);
+}
+
+TEST_CASE("unique_id: two generated ids differ in name and in secret") {
+  const braid::unique_id a = braid::unique_id::generate(), b = braid::unique_id::generate();
+  CHECK_FALSE(a == b);
+  CHECK(a.name != b.name);
+  CHECK(a.secret != b.secret);
+  CHECK(a.name != a.secret);
+}
+
+TEST_CASE("unique_id: derive is deterministic and depends on the key") {
+  CHECK(braid::unique_id::derive("torch:host:29500:") == braid::unique_id::derive("torch:host:29500:"));
+  CHECK_FALSE(braid::unique_id::derive("torch:host:29500:") == braid::unique_id::derive("torch:host:29501:"));
+  CHECK_FALSE(braid::unique_id::derive("a") == braid::unique_id::derive("b"));
+}
+
+TEST_CASE("unique_id: parse errors") {
+  const std::string good = braid::unique_id::generate().to_string();
+  expect_invalid([] { (void)braid::unique_id::parse(""); }, "empty");
+  expect_invalid([&] { (void)braid::unique_id::parse(good.substr(0, 63)); }, "63 digits");
+  expect_invalid([&] { (void)braid::unique_id::parse(good + "0"); }, "65 digits");
+  expect_invalid([&] { (void)braid::unique_id::parse(good.substr(0, 32)); }, "32 digits (name only)");
+  for (char bad : {'g', 'G', 'x', ' ', '-', ':', '\0', '\xff'})
+    for (std::size_t pos : {std::size_t{0}, std::size_t{31}, std::size_t{32}, std::size_t{63}}) {
+      std::string s = good;
+      s[pos] = bad;
+      expect_invalid([&] { (void)braid::unique_id::parse(s); },
+                     "non-hex character " + std::to_string(static_cast<int>(bad)) + " at " + std::to_string(pos));
+    }
+  expect_invalid([&] { (void)braid::unique_id::parse("0x" + good.substr(2)); }, "0x prefix");
+}
+
+// ---- options::from_env --------------------------------------------------------------------------------
+
+TEST_CASE("options::from_env: defaults when nothing is set") {
+  env_scope env;
+  clean_env(env);
+  const braid::options o = braid::options::from_env();
+  CHECK(o.timeout == std::chrono::seconds(300));
+  for (auto a : o.algorithm) CHECK(a == braid::algo::automatic);
+  CHECK(o.staging_bytes == std::size_t{8} << 20);
+  CHECK(o.p2p_bytes == std::size_t{1} << 20);
+  CHECK_FALSE(o.debug);
+  env.set("BRAID_TIMEOUT", "").set("BRAID_ALGO", "").set("BRAID_STAGING_BYTES", ""); // empty = unset
+  const braid::options e = braid::options::from_env();
+  CHECK(e.timeout == std::chrono::seconds(300));
+  CHECK(e.staging_bytes == std::size_t{8} << 20);
+}
+
+TEST_CASE("options::from_env: BRAID_TIMEOUT") {
+  env_scope env;
+  clean_env(env);
+  const std::pair<const char*, std::chrono::nanoseconds> good[] = {
+      {"30", 30s}, {"500ms", 500ms}, {"2m", 120s}, {"2min", 120s}, {"10s", 10s}, {"1.5", 1500ms},
+      {"250us", 250us}, {"0.25s", 250ms}, {"1", 1s}};
+  for (const auto& [text, want] : good) {
+    env.set("BRAID_TIMEOUT", text);
+    CHECK_MESSAGE(braid::options::from_env().timeout == want, text);
+  }
+  for (const char* bad : {"garbage", "abc", "-5", "0", "0ms", "10x", "ms", "s", "5h", "1 s", " 1", "1e3", "1,5", ".", "10 ms"}) {
+    env.set("BRAID_TIMEOUT", bad);
+    expect_invalid([] { (void)braid::options::from_env(); }, std::string("BRAID_TIMEOUT=") + bad);
+  }
+}
+
+TEST_CASE("options::from_env: BRAID_ALGO") {
+  using braid::algo;
+  using braid::collective;
+  env_scope env;
+  clean_env(env);
+  auto at = [](const braid::options& o, collective c) { return o.algorithm[static_cast<int>(c)]; };
+
+  env.set("BRAID_ALGO", "ring");
+  braid::options o = braid::options::from_env();
+  for (auto a : o.algorithm) CHECK(a == algo::ring);
+
+  env.set("BRAID_ALGO", "all_reduce=two_shot,broadcast=tree");
+  o = braid::options::from_env();
+  CHECK(at(o, collective::all_reduce) == algo::two_shot);
+  CHECK(at(o, collective::broadcast) == algo::tree);
+  CHECK(at(o, collective::reduce) == algo::automatic);
+  CHECK(at(o, collective::reduce_scatter) == algo::automatic);
+  CHECK(at(o, collective::all_gather) == algo::automatic);
+
+  env.set("BRAID_ALGO", "reduce_scatter=direct,all_gather=hd,reduce=tree,all_reduce=oneshot");
+  o = braid::options::from_env();
+  CHECK(at(o, collective::reduce_scatter) == algo::direct);
+  CHECK(at(o, collective::all_gather) == algo::halving_doubling);
+  CHECK(at(o, collective::reduce) == algo::tree);
+  CHECK(at(o, collective::all_reduce) == algo::one_shot);
+
+  env.set("BRAID_ALGO", "tree,all_reduce=ring"); // a default for all, then one override
+  o = braid::options::from_env();
+  CHECK(at(o, collective::all_reduce) == algo::ring);
+  CHECK(at(o, collective::broadcast) == algo::tree);
+
+  for (const char* bad : {"bogus", "Ring", "all_reduce=bogus", "bogus=ring", "all_reduce=", "=ring", "all_reduce:ring",
+                          "all_reduce=two_shot,bogus", "ring,,tree", "barrier=ring", "send_recv=ring", " ring"}) {
+    env.set("BRAID_ALGO", bad);
+    expect_invalid([] { (void)braid::options::from_env(); }, std::string("BRAID_ALGO=") + bad);
+  }
+}
+
+TEST_CASE("options::from_env: BRAID_ALGO reaches the communicator's algorithm choice") {
+  env_scope env;
+  clean_env(env);
+  env.set("BRAID_ALGO", "all_reduce=two_shot,broadcast=tree");
+  const braid::options o = braid::options::from_env();
+  braid::run_threads(2, [](braid::communicator& c) {
+    CHECK(c.algorithm_for(braid::collective::all_reduce, 8) == braid::algo::two_shot);
+    CHECK(c.algorithm_for(braid::collective::all_reduce, 8 << 20) == braid::algo::two_shot);
+    CHECK(c.algorithm_for(braid::collective::broadcast, 8) == braid::algo::tree);
+    CHECK(c.algorithm_for(braid::collective::all_reduce, 8, braid::algo::ring) == braid::algo::ring); // per call wins
+    std::vector<double> v(1000, c.rank() + 1.0);
+    c.all_reduce(std::span<double>(v));
+    CHECK(v[999] == 3.0);
+    c.broadcast(std::span<double>(v), 1);
+    CHECK(v[0] == 3.0);
+  }, o);
+}
+
+TEST_CASE("options::from_env: BRAID_STAGING_BYTES") {
+  env_scope env;
+  clean_env(env);
+  const std::pair<const char*, std::size_t> good[] = {
+      {"65536", 65536}, {"64K", 64u << 10}, {"64KiB", 64u << 10}, {"16M", 16u << 20}, {"16MiB", 16u << 20},
+      {"2G", std::size_t{2} << 30}, {"1GiB", std::size_t{1} << 30}};
+  for (const auto& [text, want] : good) {
+    env.set("BRAID_STAGING_BYTES", text);
+    CHECK_MESSAGE(braid::options::from_env().staging_bytes == want, text);
+  }
+  // Malformed, and well-formed but below the 64 KiB minimum.
+  for (const char* bad : {"abc", "0", "0M", "12Q", "K", "M", "-1", "1.5M", "16 M", "16m", "16MB", "4096", "65535", "63K"}) {
+    env.set("BRAID_STAGING_BYTES", bad);
+    expect_invalid([] { (void)braid::options::from_env(); }, std::string("BRAID_STAGING_BYTES=") + bad);
+  }
+  env.unset("BRAID_STAGING_BYTES");
+  CHECK(braid::options::from_env().staging_bytes == std::size_t{8} << 20);
+
+  // It sizes the communicator: two staging halves of half of it, plus the send buffer.
+  env.set("BRAID_STAGING_BYTES", "16M");
+  braid::run_threads(1, [](braid::communicator& c) {
+    CHECK(c.memory_bytes() == (std::size_t{16} << 20) + (std::size_t{1} << 20));
+  }, braid::options::from_env());
+}
+
+// ---- launch_info_from_env ----------------------------------------------------------------------------
+
+TEST_CASE("launch_info_from_env: torchrun variables") {
+  env_scope env;
+  clean_env(env);
+  env.set("RANK", "1").set("WORLD_SIZE", "4").set("MASTER_ADDR", "127.0.0.1").set("MASTER_PORT", "29500");
+  const braid::launch_info li = braid::launch_info_from_env();
+  CHECK(li.rank == 1);
+  CHECK(li.size == 4);
+  CHECK(li.derived_id);
+  CHECK(braid::launch_info_from_env().id == li.id); // every rank of the job derives the same id
+
+  env.set("RANK", "3");
+  CHECK(braid::launch_info_from_env().id == li.id); // independent of the rank
+  env.set("MASTER_PORT", "29501");
+  CHECK_FALSE(braid::launch_info_from_env().id == li.id);
+  env.set("MASTER_PORT", "29500").set("TORCHELASTIC_RUN_ID", "job-7");
+  CHECK_FALSE(braid::launch_info_from_env().id == li.id);
+
+  env.set("LOCAL_WORLD_SIZE", "4").set("LOCAL_RANK", "3");
+  CHECK(braid::launch_info_from_env().size == 4);
+}
+
+TEST_CASE("launch_info_from_env: BRAID_UNIQUE_ID takes precedence and is not derived") {
+  env_scope env;
+  clean_env(env);
+  const braid::unique_id id = braid::unique_id::generate();
+  env.set("RANK", "0").set("WORLD_SIZE", "2").set("BRAID_UNIQUE_ID", id.to_string());
+  braid::launch_info li = braid::launch_info_from_env();
+  CHECK(li.id == id);
+  CHECK_FALSE(li.derived_id);
+  CHECK(li.rank == 0);
+  CHECK(li.size == 2);
+  env.set("MASTER_ADDR", "127.0.0.1").set("MASTER_PORT", "29500");
+  li = braid::launch_info_from_env();
+  CHECK(li.id == id);
+  CHECK_FALSE(li.derived_id);
+  env.set("BRAID_UNIQUE_ID", id.to_string().substr(1));
+  expect_invalid([] { (void)braid::launch_info_from_env(); }, "malformed BRAID_UNIQUE_ID");
+}
+
+TEST_CASE("launch_info_from_env: OpenMPI and Slurm variables") {
+  {
+    env_scope env;
+    clean_env(env);
+    env.set("OMPI_COMM_WORLD_RANK", "2").set("OMPI_COMM_WORLD_SIZE", "3").set("OMPI_MCA_ess_base_jobid", "12345");
+    const braid::launch_info li = braid::launch_info_from_env();
+    CHECK(li.rank == 2);
+    CHECK(li.size == 3);
+    CHECK(li.derived_id);
+    env.set("OMPI_COMM_WORLD_LOCAL_SIZE", "1");
+    expect_error<braid::unsupported_error>(errc::unsupported, [] { (void)braid::launch_info_from_env(); },
+                                           "OMPI_COMM_WORLD_LOCAL_SIZE=1 of 3");
+  }
+  {
+    env_scope env;
+    clean_env(env);
+    env.set("SLURM_PROCID", "0").set("SLURM_NTASKS", "2").set("SLURM_JOB_ID", "99");
+    const braid::launch_info li = braid::launch_info_from_env();
+    CHECK(li.rank == 0);
+    CHECK(li.size == 2);
+    CHECK(li.derived_id);
+    env.set("SLURM_STEP_ID", "1");
+    CHECK_FALSE(braid::launch_info_from_env().id == li.id);
+  }
+  {
+    env_scope env;
+    clean_env(env);
+    env.set("PMI_RANK", "1").set("PMI_SIZE", "2").set("PMIX_NAMESPACE", "ns");
+    CHECK(braid::launch_info_from_env().rank == 1);
+  }
+  {
+    env_scope env; // RANK/WORLD_SIZE win over the MPI variables
+    clean_env(env);
+    env.set("RANK", "1").set("WORLD_SIZE", "2").set("OMPI_COMM_WORLD_RANK", "0").set("OMPI_COMM_WORLD_SIZE", "5");
+    env.set("MASTER_ADDR", "h").set("MASTER_PORT", "1");
+    const braid::launch_info li = braid::launch_info_from_env();
+    CHECK(li.rank == 1);
+    CHECK(li.size == 2);
+  }
+}
+
+TEST_CASE("launch_info_from_env: missing or contradictory variables") {
+  env_scope env;
+  clean_env(env);
+  expect_invalid([] { (void)braid::launch_info_from_env(); }, "nothing set");
+  env.set("RANK", "0");
+  expect_invalid([] { (void)braid::launch_info_from_env(); }, "no WORLD_SIZE");
+  env.unset("RANK").set("WORLD_SIZE", "2");
+  expect_invalid([] { (void)braid::launch_info_from_env(); }, "no RANK");
+  env.set("RANK", "0");
+  expect_invalid([] { (void)braid::launch_info_from_env(); }, "no BRAID_UNIQUE_ID, MASTER_ADDR or job id");
+  env.set("MASTER_ADDR", "127.0.0.1").set("MASTER_PORT", "29500");
+  CHECK_NOTHROW((void)braid::launch_info_from_env());
+  for (const auto& [rank, size] : {std::pair<const char*, const char*>{"2", "2"}, {"5", "2"}, {"-1", "2"}, {"abc", "2"},
+                                   {"0", "0"}, {"0", "x"}, {"1 ", "2"}, {"0", "-2"}, {"0", "99999999999"}}) {
+    env.set("RANK", rank).set("WORLD_SIZE", size);
+    expect_invalid([] { (void)braid::launch_info_from_env(); }, std::string("RANK=") + rank + " WORLD_SIZE=" + size);
+  }
+  env.set("RANK", "0").set("WORLD_SIZE", "4").set("LOCAL_WORLD_SIZE", "2");
+  expect_error<braid::unsupported_error>(errc::unsupported, [] { (void)braid::launch_info_from_env(); },
+                                         "LOCAL_WORLD_SIZE 2 != WORLD_SIZE 4");
+  env.set("LOCAL_WORLD_SIZE", "8");
+  expect_error<braid::unsupported_error>(errc::unsupported, [] { (void)braid::launch_info_from_env(); },
+                                         "LOCAL_WORLD_SIZE 8 != WORLD_SIZE 4");
+  env.set("LOCAL_WORLD_SIZE", "many");
+  expect_invalid([] { (void)braid::launch_info_from_env(); }, "LOCAL_WORLD_SIZE not a number");
+}
+
+// ---- wire format --------------------------------------------------------------------------------------
+
+namespace {
+namespace wire = braid::wire;
+
+wire::hello sample_hello() {
+  wire::hello h{};
+  for (int i = 0; i < 16; ++i) h.secret[i] = static_cast<std::uint8_t>(0xA0 + i);
+  h.rank = 2;
+  h.nranks = 3;
+  h.pid = 4242;
+  h.reserved = 0;
+  return h;
+}
+
+wire::welcome sample_welcome() {
+  wire::welcome w;
+  w.fixed = wire::welcome_fixed{std::uint64_t{40} << 20, std::uint64_t{4} << 20, std::uint64_t{1} << 20, 3, 0};
+  w.pids = {100, 200, 300};
+  return w;
+}
+
+wire::header header_of(const std::vector<std::byte>& m) {
+  wire::header h;
+  std::memcpy(&h, m.data(), sizeof h);
+  return h;
+}
+std::vector<std::byte> with_header(std::vector<std::byte> m, const wire::header& h) {
+  std::memcpy(m.data(), &h, sizeof h);
+  return m;
+}
+} // namespace
+
+TEST_CASE("wire: hello and welcome round trip") {
+  const wire::hello h = sample_hello();
+  const auto m = wire::encode_hello(h);
+  REQUIRE(m.size() == sizeof(wire::header) + sizeof(wire::hello));
+  const wire::header hd = header_of(m);
+  CHECK(hd.magic == wire::magic);
+  CHECK(hd.version == wire::version);
+  CHECK(hd.type == static_cast<std::uint16_t>(wire::msg_type::hello));
+  CHECK(hd.reserved == 0);
+  CHECK(wire::parse_header(m.data(), sizeof(wire::header), wire::msg_type::hello) == sizeof(wire::hello));
+  const wire::hello p = wire::parse_hello(m.data() + sizeof(wire::header), sizeof(wire::hello));
+  CHECK(std::memcmp(p.secret, h.secret, 16) == 0);
+  CHECK(p.rank == h.rank);
+  CHECK(p.nranks == h.nranks);
+  CHECK(p.pid == h.pid);
+
+  const wire::welcome w = sample_welcome();
+  const auto wm = wire::encode_welcome(w);
+  const std::uint32_t len = wire::parse_header(wm.data(), wm.size(), wire::msg_type::welcome);
+  REQUIRE(len == sizeof(wire::welcome_fixed) + 3 * sizeof(std::int32_t));
+  REQUIRE(wm.size() == sizeof(wire::header) + len);
+  const wire::welcome q = wire::parse_welcome(wm.data() + sizeof(wire::header), len);
+  CHECK(q.fixed.total_bytes == w.fixed.total_bytes);
+  CHECK(q.fixed.half_bytes == w.fixed.half_bytes);
+  CHECK(q.fixed.p2p_bytes == w.fixed.p2p_bytes);
+  CHECK(q.fixed.nranks == 3);
+  CHECK(q.pids == w.pids);
+
+  // The limits themselves are accepted: 1 rank, and max_ranks ranks.
+  wire::hello one = sample_hello();
+  one.rank = 0;
+  one.nranks = 1;
+  CHECK(wire::parse_hello(wire::encode_hello(one).data() + sizeof(wire::header), sizeof(wire::hello)).nranks == 1);
+  wire::welcome big = sample_welcome();
+  big.fixed.nranks = static_cast<std::int32_t>(wire::max_ranks);
+  big.pids.assign(wire::max_ranks, 7);
+  const auto bm = wire::encode_welcome(big);
+  const std::uint32_t blen = wire::parse_header(bm.data(), bm.size(), wire::msg_type::welcome);
+  CHECK(wire::parse_welcome(bm.data() + sizeof(wire::header), blen).pids.size() == wire::max_ranks);
+}
+
+TEST_CASE("wire: malformed headers are rejected with protocol_error") {
+  const auto m = wire::encode_hello(sample_hello());
+  const auto wm = wire::encode_welcome(sample_welcome());
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{8}, sizeof(wire::header) - 1})
+    expect_protocol([&] { (void)wire::parse_header(m.data(), n, wire::msg_type::hello); },
+                    "truncated header of " + std::to_string(n) + " bytes");
+
+  wire::header h = header_of(m);
+  h.magic = 0x5a445243;
+  expect_protocol([&] { (void)wire::parse_header(with_header(m, h).data(), m.size(), wire::msg_type::hello); }, "bad magic");
+  h = header_of(m);
+  h.magic = 0;
+  expect_protocol([&] { (void)wire::parse_header(with_header(m, h).data(), m.size(), wire::msg_type::hello); }, "zero magic");
+
+  for (std::uint16_t v : {std::uint16_t{0}, std::uint16_t{2}, std::uint16_t{0xffff}}) {
+    h = header_of(m);
+    h.version = v;
+    expect_protocol([&] { (void)wire::parse_header(with_header(m, h).data(), m.size(), wire::msg_type::hello); },
+                    "version " + std::to_string(v));
+  }
+
+  expect_protocol([&] { (void)wire::parse_header(m.data(), m.size(), wire::msg_type::welcome); }, "hello where a welcome is expected");
+  expect_protocol([&] { (void)wire::parse_header(wm.data(), wm.size(), wire::msg_type::hello); }, "welcome where a hello is expected");
+  for (std::uint16_t t : {std::uint16_t{0}, std::uint16_t{3}, std::uint16_t{0x100}}) {
+    h = header_of(m);
+    h.type = t;
+    expect_protocol([&] { (void)wire::parse_header(with_header(m, h).data(), m.size(), wire::msg_type::hello); },
+                    "type " + std::to_string(t));
+  }
+
+  for (std::uint32_t len : {std::uint32_t{sizeof(wire::hello) + 1}, std::uint32_t{1} << 20, ~std::uint32_t{0}}) {
+    h = header_of(m);
+    h.length = len;
+    expect_protocol([&] { (void)wire::parse_header(with_header(m, h).data(), m.size(), wire::msg_type::hello); },
+                    "hello length " + std::to_string(len));
+  }
+  const std::uint32_t welcome_max = sizeof(wire::welcome_fixed) + wire::max_ranks * sizeof(std::int32_t);
+  for (std::uint32_t len : {welcome_max + 1, welcome_max + 4, ~std::uint32_t{0}}) {
+    wire::header wh = header_of(wm);
+    wh.length = len;
+    expect_protocol([&] { (void)wire::parse_header(with_header(wm, wh).data(), wm.size(), wire::msg_type::welcome); },
+                    "welcome length " + std::to_string(len));
+  }
+  {
+    wire::header wh = header_of(wm);
+    wh.length = welcome_max;
+    CHECK(wire::parse_header(with_header(wm, wh).data(), wm.size(), wire::msg_type::welcome) == welcome_max);
+  }
+
+  for (std::uint32_t r : {std::uint32_t{1}, std::uint32_t{0x80000000u}}) {
+    h = header_of(m);
+    h.reserved = r;
+    expect_protocol([&] { (void)wire::parse_header(with_header(m, h).data(), m.size(), wire::msg_type::hello); },
+                    "reserved " + std::to_string(r));
+  }
+}
+
+TEST_CASE("wire: malformed payloads are rejected with protocol_error") {
+  const auto m = wire::encode_hello(sample_hello());
+  const std::byte* hp = m.data() + sizeof(wire::header);
+  for (std::size_t n : {std::size_t{0}, sizeof(wire::hello) - 1, sizeof(wire::hello) + 1})
+    expect_protocol([&] {
+      std::vector<std::byte> buf(sizeof(wire::hello) + 1);
+      std::memcpy(buf.data(), hp, sizeof(wire::hello));
+      (void)wire::parse_hello(buf.data(), n);
+    }, "hello payload of " + std::to_string(n) + " bytes");
+
+  auto bad_hello = [&](auto mutate, const std::string& what) {
+    wire::hello h = sample_hello();
+    mutate(h);
+    const auto bm = wire::encode_hello(h);
+    expect_protocol([&] { (void)wire::parse_hello(bm.data() + sizeof(wire::header), sizeof(wire::hello)); }, what);
+  };
+  bad_hello([](wire::hello& h) { h.rank = -1; }, "hello rank -1");
+  bad_hello([](wire::hello& h) { h.rank = h.nranks; }, "hello rank == nranks");
+  bad_hello([](wire::hello& h) { h.rank = 1 << 30; }, "hello rank huge");
+  bad_hello([](wire::hello& h) { h.nranks = 0; h.rank = 0; }, "hello nranks 0");
+  bad_hello([](wire::hello& h) { h.nranks = -3; h.rank = 0; }, "hello nranks -3");
+  bad_hello([](wire::hello& h) { h.nranks = static_cast<std::int32_t>(wire::max_ranks) + 1; }, "hello nranks max + 1");
+  bad_hello([](wire::hello& h) { h.pid = 0; }, "hello pid 0");
+  bad_hello([](wire::hello& h) { h.pid = -7; }, "hello pid -7");
+
+  const auto wm = wire::encode_welcome(sample_welcome());
+  const std::byte* wp = wm.data() + sizeof(wire::header);
+  const std::size_t wlen = wm.size() - sizeof(wire::header);
+  for (std::size_t n : {std::size_t{0}, sizeof(wire::welcome_fixed) - 1, sizeof(wire::welcome_fixed), wlen - 1, wlen - 4})
+    expect_protocol([&] { (void)wire::parse_welcome(wp, n); }, "welcome payload of " + std::to_string(n) + " bytes");
+  expect_protocol([&] {
+    std::vector<std::byte> longer(wlen + 4);
+    std::memcpy(longer.data(), wp, wlen);
+    (void)wire::parse_welcome(longer.data(), longer.size());
+  }, "welcome payload 4 bytes longer than nranks says");
+
+  auto bad_welcome = [&](auto mutate, const std::string& what) {
+    wire::welcome w = sample_welcome();
+    mutate(w);
+    const auto bm = wire::encode_welcome(w);
+    expect_protocol([&] { (void)wire::parse_welcome(bm.data() + sizeof(wire::header), bm.size() - sizeof(wire::header)); }, what);
+  };
+  bad_welcome([](wire::welcome& w) { w.fixed.nranks = 0; w.pids.clear(); }, "welcome nranks 0");
+  bad_welcome([](wire::welcome& w) { w.fixed.nranks = -1; w.pids.clear(); }, "welcome nranks -1");
+  bad_welcome([](wire::welcome& w) {
+    w.fixed.nranks = static_cast<std::int32_t>(wire::max_ranks) + 1;
+    w.pids.assign(wire::max_ranks + 1, 1);
+  }, "welcome nranks max + 1");
+  bad_welcome([](wire::welcome& w) { w.fixed.nranks = 4; }, "welcome nranks 4 with 3 pids");
+  bad_welcome([](wire::welcome& w) { w.fixed.nranks = 2; }, "welcome nranks 2 with 3 pids");
+  bad_welcome([](wire::welcome& w) { w.fixed.half_bytes = 0; }, "welcome half_bytes 0");
+  bad_welcome([](wire::welcome& w) { w.fixed.p2p_bytes = 0; }, "welcome p2p_bytes 0");
+  bad_welcome([](wire::welcome& w) { w.fixed.total_bytes = w.fixed.half_bytes - 1; }, "welcome total < half");
+}
+
+// ---- the process rendezvous ------------------------------------------------------------------------
+
+namespace {
+template <class T> T* shared_object() {
+  void* p = ::mmap(nullptr, sizeof(T), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(p != MAP_FAILED);
+  return new (p) T{};
+}
+template <class T> void release_shared(T* p) { ::munmap(static_cast<void*>(p), sizeof(T)); }
+
+// What a real rank checks after joining: the full set of ranks, and a working all_reduce.
+int check_joined(braid::communicator& c, int rank, int n) {
+  if (c.rank() != rank || c.size() != n) return 10;
+  std::vector<std::int64_t> v(4099, rank + 1);
+  c.all_reduce(std::span<std::int64_t>(v));
+  for (auto x : v)
+    if (x != std::int64_t{n} * (n + 1) / 2) return 11;
+  c.barrier();
+  return 0;
+}
+
+struct intruder_record {
+  std::atomic<int> joined{0};  // real ranks that finished joining
+  std::atomic<int> done{0};    // 1 once the intruder finished
+  int code = -1;               // errc the intruder's join raised; 0 = it was admitted
+  double seconds = 0;
+  int dropped = -1;            // foreign client: 1 if rank 0 closed the connection
+};
+} // namespace
+
+TEST_CASE("rendezvous: 3 processes join with communicator::join") {
+  const auto status = braid::testing::fork_ranks(3, [](int rank, const braid::unique_id& id) {
+    braid::communicator c = braid::communicator::join(id, rank, 3, braid::options{}.with_timeout(20s));
+    return check_joined(c, rank, 3);
+  }, 60s);
+  for (int s : status) CHECK(s == 0);
+}
+
+TEST_CASE("rendezvous: 3 processes join with communicator_from_env (RANK, WORLD_SIZE, BRAID_UNIQUE_ID or MASTER_ADDR)") {
+  for (bool derived : {false, true}) {
+    INFO(std::string(derived ? "MASTER_ADDR/MASTER_PORT" : "BRAID_UNIQUE_ID"));
+    const std::string port = std::to_string(20000 + ::getpid() % 40000);
+    const auto status = braid::testing::fork_ranks(3, [&](int rank, const braid::unique_id& id) {
+      env_scope env;
+      clean_env(env);
+      env.set("RANK", std::to_string(rank)).set("WORLD_SIZE", "3").set("LOCAL_WORLD_SIZE", "3");
+      if (derived) env.set("MASTER_ADDR", "127.0.0.1").set("MASTER_PORT", port).set("TORCHELASTIC_RUN_ID", id.to_string());
+      else env.set("BRAID_UNIQUE_ID", id.to_string());
+      braid::communicator c = braid::communicator_from_env(braid::options{}.with_timeout(20s));
+      return check_joined(c, rank, 3);
+    }, 60s);
+    for (int s : status) CHECK(s == 0);
+  }
+}
+
+namespace {
+enum class intruder { wrong_secret_early, wrong_secret_late, wrong_size_early, foreign_client };
+
+// Ranks 0..2 are real; rank 3 is the intruder. The real ranks 1 and 2 join 300 ms late so that an
+// early intruder reaches rank 0 while it is still listening; a late one tries after all joined.
+void run_intruder(intruder kind) {
+  intruder_record* rec = shared_object<intruder_record>();
+  const auto status = braid::testing::fork_ranks(4, [&](int rank, const braid::unique_id& id) {
+    if (rank < 3) {
+      if (rank > 0) std::this_thread::sleep_for(300ms);
+      braid::communicator c = braid::communicator::join(id, rank, 3, braid::options{}.with_timeout(20s));
+      ++rec->joined;
+      const int rc = check_joined(c, rank, 3);
+      while (!rec->done) std::this_thread::sleep_for(1ms); // keep the job alive until the intruder is done
+      return rc;
+    }
+    if (kind == intruder::wrong_secret_late)
+      while (rec->joined < 3) std::this_thread::sleep_for(1ms);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (kind == intruder::foreign_client) {
+      socklen_t len = 0;
+      const sockaddr_un addr = braid::host::detail::abstract_address(id.socket_name(), len);
+      int fd = -1;
+      for (;;) { // until rank 0 listens
+        fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) == 0) break;
+        ::close(fd);
+        ::usleep(1000);
+      }
+      const char garbage[] = "GET / HTTP/1.0\r\n\r\n"; // a full header's worth of bytes with a bad magic
+      (void)!::write(fd, garbage, sizeof garbage);
+      char b;
+      const ssize_t got = ::read(fd, &b, 1); // rank 0 closes it (reset: it left our tail unread)
+      rec->dropped = got == 0 || (got < 0 && errno == ECONNRESET) ? 1 : 0;
+      ::close(fd);
+      rec->code = 0;
+    } else {
+      braid::unique_id bad = id;
+      if (kind != intruder::wrong_size_early) bad.secret[5] ^= 0x5a; // same name, other secret
+      try {
+        braid::communicator c = braid::communicator::join(bad, 1, kind == intruder::wrong_size_early ? 4 : 3,
+                                                          braid::options{}.with_timeout(1s));
+        rec->code = 0; // admitted
+      } catch (const braid::error& e) {
+        rec->code = static_cast<int>(e.code());
+      }
+    }
+    rec->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rec->done = 1;
+    return 0;
+  }, 60s);
+  for (int r = 0; r < 4; ++r) CHECK_MESSAGE(status[static_cast<std::size_t>(r)] == 0, "rank " << r);
+  CHECK(rec->joined == 3);
+  switch (kind) {
+  case intruder::wrong_secret_late:
+    // The rendezvous socket is gone: nobody answers, the join times out.
+    CHECK(rec->code == static_cast<int>(errc::timeout));
+    CHECK(rec->seconds >= 0.95);
+    CHECK(rec->seconds < 3.0);
+    break;
+  case intruder::wrong_secret_early:
+  case intruder::wrong_size_early:
+    // Rank 0 drops the connection: the intruder learns at once that it was refused.
+    CHECK(rec->code == static_cast<int>(errc::protocol));
+    CHECK(rec->seconds < 3.0);
+    break;
+  case intruder::foreign_client:
+    CHECK(rec->dropped == 1);
+    break;
+  }
+  release_shared(rec);
+}
+} // namespace
+
+TEST_CASE("rendezvous: a rank with a wrong secret is not admitted; the real ranks complete") {
+  SUBCASE("it arrives while rank 0 is listening") { run_intruder(intruder::wrong_secret_early); }
+  SUBCASE("it arrives after everyone joined") { run_intruder(intruder::wrong_secret_late); }
+}
+
+TEST_CASE("rendezvous: a rank with the right id but another size is not admitted") {
+  run_intruder(intruder::wrong_size_early);
+}
+
+TEST_CASE("rendezvous: a foreign client that sends garbage is dropped; the real ranks complete") {
+  run_intruder(intruder::foreign_client);
+}
+
+TEST_CASE("rendezvous: join with a bad rank or size raises invalid_argument") {
+  const braid::unique_id id = braid::unique_id::generate();
+  const braid::options o = braid::options{}.with_timeout(1s);
+  expect_invalid([&] { (void)braid::communicator::join(id, -1, 2, o); }, "rank -1");
+  expect_invalid([&] { (void)braid::communicator::join(id, 2, 2, o); }, "rank == nranks");
+  expect_invalid([&] { (void)braid::communicator::join(id, 0, 0, o); }, "nranks 0");
+  expect_invalid([&] { (void)braid::communicator::join(id, 0, static_cast<int>(braid::wire::max_ranks) + 1, o); },
+                 "nranks max + 1");
+  // A single rank needs nobody.
+  braid::communicator c = braid::communicator::join(id, 0, 1, o);
+  CHECK(check_joined(c, 0, 1) == 0);
+}
+
+TEST_CASE("environment sizes and durations that overflow are rejected") {
+  for (const char* bad : {"17179869185G", "18446744073709617152", "2T"}) {
+    ::setenv("BRAID_STAGING_BYTES", bad, 1);
+    CHECK_THROWS_AS(braid::options::from_env(), braid::invalid_argument);
+  }
+  ::unsetenv("BRAID_STAGING_BYTES");
+  for (const char* bad : {"99999999999", "300000000000m"}) {
+    ::setenv("BRAID_TIMEOUT", bad, 1);
+    CHECK_THROWS_AS(braid::options::from_env(), braid::invalid_argument);
+  }
+  ::unsetenv("BRAID_TIMEOUT");
+}
+
+TEST_CASE("wire parsers reject nonzero reserved fields and bad pids") {
+  namespace w = braid::wire;
+  w::hello h{};
+  h.rank = 1;
+  h.nranks = 2;
+  h.pid = 10;
+  h.reserved = 1;
+  auto hb = w::encode_hello(h);
+  CHECK_THROWS_AS(w::parse_hello(hb.data() + sizeof(w::header), hb.size() - sizeof(w::header)), braid::protocol_error);
+  for (int variant = 0; variant < 2; ++variant) {
+    w::welcome m;
+    m.fixed = w::welcome_fixed{1 << 20, 4096, 4096, 2, variant == 0 ? 1 : 0};
+    m.pids = variant == 0 ? std::vector<std::int32_t>{1, 2} : std::vector<std::int32_t>{0, -3};
+    auto mb = w::encode_welcome(m);
+    CHECK_THROWS_AS(w::parse_welcome(mb.data() + sizeof(w::header), mb.size() - sizeof(w::header)), braid::protocol_error);
+  }
+}
