@@ -154,7 +154,7 @@ public:
   // broadcast: out = root's in on every rank (in is read on the root only; in == out is in-place).
   template <element T>
   void broadcast(const T* in, T* out, std::size_t count, int root, call_options co = {}) {
-    run<collective::broadcast, T>(in, out, count, root, sum<>{}, co);
+    run<collective::broadcast, T>(in, out, count, root, detail::copy_only{}, co);
   }
   // reduce: the root's out = op over every rank's in (out is written on the root only).
   template <element T, class Op = sum<>>
@@ -173,7 +173,7 @@ public:
   // In-place: in == out + rank() * send_count.
   template <element T>
   void all_gather(const T* in, T* out, std::size_t send_count, call_options co = {}) {
-    run<collective::all_gather, T>(in, out, send_count, 0, sum<>{}, co);
+    run<collective::all_gather, T>(in, out, send_count, 0, detail::copy_only{}, co);
   }
   void barrier() {
     busy_guard g(live());

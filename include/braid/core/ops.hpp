@@ -105,6 +105,14 @@ template <class Acc = void> struct avg {
   }
 };
 
+namespace detail {
+// Passed where a collective only moves data (broadcast, all_gather): it reduces nothing, so it works
+// for any element type, including user structs with no arithmetic.
+struct copy_only {
+  static constexpr op_kind kind = op_kind::custom;
+};
+} // namespace detail
+
 // Deduction guides let users write braid::sum{} for the default accumulator.
 sum() -> sum<void>;
 prod() -> prod<void>;

@@ -24,6 +24,9 @@ void reduce_n(const T* const* src, int ns, T* dst, T* dst2, std::size_t count, c
     if (dst2) std::memcpy(dst2, src[0], count * sizeof(T));
     return;
   }
+  if constexpr (!std::is_invocable_v<const Op&, const A&, const A&>) {
+    return; // copy-only operator (broadcast, all_gather): schedules never reduce with it
+  } else {
   auto fin = [&](const A& x) -> A {
     if constexpr (has_finalize<Op, A>) return final ? static_cast<A>(op.finalize(x, nranks)) : x;
     else return x;
@@ -55,6 +58,7 @@ void reduce_n(const T* const* src, int ns, T* dst, T* dst2, std::size_t count, c
     T* d = dst + base;
     for (std::size_t i = 0; i < m; ++i) d[i] = static_cast<T>(fin(acc[i]));
     if (dst2) std::memcpy(dst2 + base, d, m * sizeof(T));
+  }
   }
 }
 

@@ -71,6 +71,7 @@ struct group_state {
   ~group_state() {
     for (auto& r : ranks) {
       cudaSetDevice(r.device);
+      cudaDeviceSynchronize(); // no kernel of the group may still use the memory
       if (r.table) cudaFree(r.table);
       if (r.segment) cudaFree(r.segment);
     }
@@ -101,8 +102,8 @@ public:
   void check() const {
     const detail::group_state& g = live();
     const auto* ab = g.abort;
-    if (!*reinterpret_cast<const volatile unsigned*>(&ab->flag)) return;
-    error_context c{rank_, "cuda collective", 0, ab->first.peer};
+    if (!__atomic_load_n(&ab->flag, __ATOMIC_ACQUIRE)) return; // the record is written before the flag
+    error_context c{ab->first.rank >= 0 ? ab->first.rank : rank_, "cuda collective", 0, ab->first.peer};
     if (ab->first.code == static_cast<unsigned>(errc::timeout))
       raise(errc::timeout, "rank " + std::to_string(ab->first.rank) + " waited more than the timeout for rank " +
                                std::to_string(ab->first.peer) + " at step " + std::to_string(ab->first.step) + " on the GPU", c);
@@ -111,7 +112,9 @@ public:
   // Makes every kernel of the group return at its next check (within microseconds).
   void abort() {
     detail::group_state& g = live();
-    if (g.abort->first.code == 0) g.abort->first.code = static_cast<unsigned>(errc::aborted);
+    unsigned expected = 0;
+    if (__atomic_compare_exchange_n(&g.abort->claim, &expected, 1u, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      g.abort->first.code = static_cast<unsigned>(errc::aborted);
     __atomic_store_n(&g.abort->flag, 1u, __ATOMIC_RELEASE);
   }
 
@@ -122,7 +125,7 @@ public:
   }
   template <element T>
   void broadcast(const T* in, T* out, std::size_t count, int root, cudaStream_t stream, call_options co = {}) {
-    launch<collective::broadcast, T>(in, out, count, root, sum<>{}, stream, co);
+    launch<collective::broadcast, T>(in, out, count, root, braid::detail::copy_only{}, stream, co);
   }
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
@@ -136,7 +139,7 @@ public:
   }
   template <element T>
   void all_gather(const T* in, T* out, std::size_t send_count, cudaStream_t stream, call_options co = {}) {
-    launch<collective::all_gather, T>(in, out, send_count, 0, sum<>{}, stream, co);
+    launch<collective::all_gather, T>(in, out, send_count, 0, braid::detail::copy_only{}, stream, co);
   }
 
   algo algorithm_for(collective c, std::uint64_t bytes, algo requested = algo::automatic) const {
@@ -253,7 +256,9 @@ inline std::vector<communicator> create_group(const std::vector<int>& devices, c
       if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
       else if (e != cudaSuccess) cuda_detail::raise_cuda(e, "cudaDeviceEnablePeerAccess", __FILE__, __LINE__);
     }
-  // Co-residency: all ranks on one GPU must run their kernels at once.
+  // Co-residency: all ranks on one GPU must run their kernels at once. Every collective kernel uses
+  // at most 128 registers per thread at this block size (checked below for the heaviest), so one
+  // block per SM always fits; plan for that, and use at most half the SMs for braid.
   int blocks = o.max_blocks_per_rank;
   for (int d : devices) {
     const int on_d = static_cast<int>(std::count(devices.begin(), devices.end(), d));
@@ -261,19 +266,18 @@ inline std::vector<communicator> create_group(const std::vector<int>& devices, c
     int sms = 0, per_sm = 0;
     BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d));
     BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, cuda_detail::collective_kernel<schedule::one_shot, float, sum<>>, g->threads, 0));
-    const int capacity = sms * per_sm;
-    if (capacity < on_d)
+        &per_sm, cuda_detail::collective_kernel<schedule::halving_doubling, double, avg<>>, g->threads, 0));
+    if (per_sm < 1 || sms < on_d)
       raise(errc::unsupported, "GPU " + std::to_string(d) + " cannot keep the kernels of " + std::to_string(on_d) +
-                                   " ranks resident at once (capacity " + std::to_string(capacity) + " blocks)");
-    blocks = std::min(blocks, std::max(1, capacity / on_d / 2)); // half the capacity: leave room for other work
+                                   " ranks resident at once (" + std::to_string(sms) + " SMs)");
+    blocks = std::min(blocks, std::max(1, sms / on_d / 2));
   }
   g->blocks = blocks;
   BRAID_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&g->abort), sizeof(cuda_detail::device_abort),
                                  cudaHostAllocMapped | cudaHostAllocPortable));
   *g->abort = cuda_detail::device_abort{};
   g->ranks.resize(static_cast<std::size_t>(n));
-  const std::size_t ctrl = 4096 + 2 * (cuda_detail::max_steps + 2) * sizeof(cuda_detail::u64);
+  const std::size_t ctrl = 4096 + (2 * (cuda_detail::max_steps + 2) + 1) * sizeof(cuda_detail::u64);
   const std::size_t ctrl_aligned = (ctrl + 4095) / 4096 * 4096;
   for (int r = 0; r < n; ++r) {
     auto& m = g->ranks[static_cast<std::size_t>(r)];

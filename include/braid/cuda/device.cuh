@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../core/ops.hpp"
 #include "../core/types.hpp"
@@ -31,6 +32,7 @@ struct device_error {
 
 struct device_abort {
   unsigned int flag;  // non-zero: every kernel of the group returns at its next check
+  unsigned int claim; // the first to claim it writes `first`, then sets flag (release)
   device_error first;
 };
 
@@ -44,9 +46,10 @@ __device__ inline u64 load_acquire(const u64* p) {
   cuda::atomic_ref<u64, cuda::thread_scope_system> r(*const_cast<u64*>(p));
   return r.load(cuda::memory_order_acquire);
 }
-__device__ inline void store_release(u64* p, u64 v) {
+// Raises *p to v (never lowers it), with release at system scope.
+__device__ inline void post_max_release(u64* p, u64 v) {
   cuda::atomic_ref<u64, cuda::thread_scope_system> r(*p);
-  r.store(v, cuda::memory_order_release);
+  r.fetch_max(v, cuda::memory_order_release);
 }
 
 // Bounded spin by one thread: waits until *word >= target, or the group is aborted, or timeout_ns
@@ -61,7 +64,7 @@ __device__ inline bool wait_ge(const u64* word, u64 target, device_abort* ab, u6
       if (*reinterpret_cast<volatile unsigned*>(&ab->flag)) return false;
       const u64 now = globaltimer();
       if (now - start > timeout_ns) {
-        if (atomicCAS(&ab->flag, 0u, 1u) == 0u) {
+        if (atomicCAS_system(&ab->claim, 0u, 1u) == 0u) {
           ab->first.code = static_cast<unsigned>(errc::timeout);
           ab->first.rank = rank;
           ab->first.peer = peer;
@@ -69,6 +72,7 @@ __device__ inline bool wait_ge(const u64* word, u64 target, device_abort* ab, u6
           ab->first.waited_ns = now - start;
           __threadfence_system();
         }
+        atomicExch_system(&ab->flag, 1u);
         return false;
       }
     }
@@ -84,20 +88,23 @@ __device__ inline void reduce_copy(const T* const* src, int ns, T* dst, T* dst2,
   using A = accumulator_t<T, Op>;
   bool copy = ns == 1;
   if constexpr (has_finalize<Op, A>) copy = copy && !final;
+  constexpr bool reduces = std::is_invocable_v<const Op&, const A&, const A&>;
   auto combine = [&](std::uint64_t i) {
-    if (copy) { // bytes move unchanged (no round trip through A)
+    if (copy || !reduces) { // bytes move unchanged (no round trip through A)
       const T v = src[0][i];
       if (dst) dst[i] = v;
       if (dst2) dst2[i] = v;
       return;
     }
-    A acc = static_cast<A>(src[0][i]);
-    for (int s = 1; s < ns; ++s) acc = op(acc, static_cast<A>(src[s][i]));
-    if constexpr (has_finalize<Op, A>)
-      if (final) acc = static_cast<A>(op.finalize(acc, nranks));
-    const T v = static_cast<T>(acc);
-    if (dst) dst[i] = v;
-    if (dst2) dst2[i] = v;
+    if constexpr (reduces) {
+      A acc = static_cast<A>(src[0][i]);
+      for (int s = 1; s < ns; ++s) acc = op(acc, static_cast<A>(src[s][i]));
+      if constexpr (has_finalize<Op, A>)
+        if (final) acc = static_cast<A>(op.finalize(acc, nranks));
+      const T v = static_cast<T>(acc);
+      if (dst) dst[i] = v;
+      if (dst2) dst2[i] = v;
+    }
   };
   constexpr int V = sizeof(T) <= 16 && 16 % sizeof(T) == 0 ? static_cast<int>(16 / sizeof(T)) : 1;
   bool vec = V > 1;
@@ -116,11 +123,12 @@ __device__ inline void reduce_copy(const T* const* src, int ns, T* dst, T* dst2,
     pack in[1];
     A acc[V];
     in[0] = reinterpret_cast<const pack*>(src[0])[k];
-    if (copy) {
+    if (copy || !reduces) {
       if (dst) reinterpret_cast<pack*>(dst)[k] = in[0];
       if (dst2) reinterpret_cast<pack*>(dst2)[k] = in[0];
       continue;
     }
+    if constexpr (reduces) {
     for (int j = 0; j < V; ++j) acc[j] = static_cast<A>(in[0].v[j]);
     for (int s = 1; s < ns; ++s) {
       const pack x = reinterpret_cast<const pack*>(src[s])[k];
@@ -135,6 +143,7 @@ __device__ inline void reduce_copy(const T* const* src, int ns, T* dst, T* dst2,
     }
     if (dst) reinterpret_cast<pack*>(dst)[k] = o;
     if (dst2) reinterpret_cast<pack*>(dst2)[k] = o;
+    }
   }
   for (std::uint64_t i = nvec * V + tid; i < count; i += nthreads) combine(i);
 }

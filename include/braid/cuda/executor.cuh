@@ -26,7 +26,7 @@ struct device_rank {
   u64* progress;       // (round << 24) | steps posted, as on the host
   u64* in_desc;        // [2]: 0 = staged in the window, else the user's input pointer
   std::byte* half[2];  // staging halves
-  u64* arrivals;       // [2][max_steps + 2] block arrival counters (own rank only)
+  u64* arrivals;       // [2][max_steps + 2] block arrival counters, then one exit counter (own rank only)
   u64* round;          // last round id used by this rank's kernels
 };
 
@@ -54,14 +54,22 @@ template <class T> __host__ __device__ constexpr std::uint32_t pipeline_chunks(s
 }
 
 // Block arrival on slot `s` of round parity `h`; the last of gridDim.x blocks posts `word`.
-__device__ inline void arrive_and_post(const launch_args& a, std::uint64_t h, int s, u64 word) {
+// The counter's acq_rel add orders the other blocks' data writes (made visible by their fences)
+// before the post; progress only ever grows (fetch_max).
+__device__ inline bool arrive(u64* counter) {
   __syncthreads();
+  bool last = false;
   if (threadIdx.x == 0) {
     __threadfence_system();
-    const device_rank& me = a.ranks[a.rank];
-    const u64 old = atomicAdd(me.arrivals + h * (max_steps + 2) + s, 1ull);
-    if (old % gridDim.x == gridDim.x - 1) store_release(me.progress, word);
+    cuda::atomic_ref<u64, cuda::thread_scope_device> c(*counter);
+    const u64 old = c.fetch_add(1, cuda::memory_order_acq_rel);
+    last = old % gridDim.x == gridDim.x - 1;
   }
+  return last;
+}
+__device__ inline void arrive_and_post(const launch_args& a, std::uint64_t h, int s, u64 word) {
+  const device_rank& me = a.ranks[a.rank];
+  if (arrive(me.arrivals + h * (max_steps + 2) + s)) post_max_release(me.progress, word);
 }
 
 template <class S, class T, class Op>
@@ -114,6 +122,9 @@ __global__ void collective_kernel(launch_args a, Op op) {
     const std::uint32_t P = S::nchunks(a.coll, n, pipeline_chunks<T>(len));
     const schedule::args sa{a.coll, n, r, a.root, P};
 
+    // No block starts round R before all blocks of this rank finished round R - 1 (so the arrival
+    // counters of a parity are never shared by two rounds), nor before every peer finished R - 2.
+    if (k > 0) wait(r, R << 24, -1);
     if (R >= 3)
       for (int q = 0; q < n; ++q)
         if (q != r) wait(q, (R - 1) << 24, -1);
@@ -172,10 +183,9 @@ __global__ void collective_kernel(launch_args a, Op op) {
   if (a.in_desc && a.rounds)
     for (int q = 0; q < n; ++q)
       if (q != r) wait(q, (R + 1) << 24, -2);
-  __syncthreads();
-  // Every block has passed its last arrival; block 0 advances the round counter for the next kernel
-  // on this stream (stream order makes it visible before that kernel starts).
-  if (blockIdx.x == 0 && threadIdx.x == 0) *ranks[r].round = round0 + a.rounds;
+  // The last block to leave advances the round counter for the next kernel on this stream (stream
+  // order makes it visible before that kernel starts; every block read it before arriving here).
+  if (arrive(ranks[r].arrivals + 2 * (max_steps + 2)) && threadIdx.x == 0) *ranks[r].round = round0 + a.rounds;
 }
 
 } // namespace braid::cuda_detail

@@ -1,0 +1,320 @@
+// bench/braid_bench.cpp — braid-bench: one binary for every collective, printing nccl-tests' table.
+//
+//   braid-bench [collective|all] [flags]          (braid-bench --help for the flags)
+//
+// The method (timing, checking, output) is described in bench/bench.hpp; this file holds the command
+// line and starts the ranks (threads, or processes through tests/support/fork_ranks.hpp).
+#include "bench.hpp"
+
+#include <support/fork_ranks.hpp>
+
+namespace {
+
+using namespace braid_bench;
+
+void print_help(const char* argv0) {
+  std::printf(
+      "Usage: %s [collective|all] [flags]\n"
+      "\n"
+      "Times braid's collectives and checks their results; prints nccl-tests' table.\n"
+      "\n"
+      "Collective (positional, or -C/--collective NAME; default all_reduce):\n"
+      "  all_reduce all_gather reduce_scatter broadcast reduce sendrecv barrier, or all\n"
+      "\n"
+      "Flags (lists are comma separated):\n"
+      "  -b, --minbytes N      smallest size in bytes, K/M/G suffixes (1024-based)   [8]\n"
+      "  -e, --maxbytes N      largest size in bytes                                [1M]\n"
+      "  -f, --stepfactor N    multiply the size by N each step                     [2]\n"
+      "  -i, --stepbytes N     add N bytes each step instead (when given)\n"
+      "  -n, --iters N         timed calls per size                                 [20]\n"
+      "  -w, --warmup_iters N  untimed calls before each size                       [5]\n"
+      "  -c, --check N         N rounds of result checks after timing, 0 = none     [1]\n"
+      "  -d, --datatype T      int8 uint8 int16 uint16 int32 uint32 int64 uint64 half float\n"
+      "                        double bfloat16 f8e4m3 f8e5m2, or all                 [float]\n"
+      "  -o, --op OP           sum prod min max avg, or all                         [sum]\n"
+      "  -r, --root R          root of broadcast and reduce                         [0]\n"
+      "  -a, --algo A          auto ring tree one_shot two_shot halving_doubling direct,\n"
+      "                        or all (= every algorithm the collective implements)  [auto]\n"
+      "  -np, --nranks N       ranks                                                [2]\n"
+      "      --backend B       threads (= host: ranks are threads of this process),\n"
+      "                        procs (ranks are forked processes over shared memory), or\n"
+      "                        cuda (not built yet)                                 [threads]\n"
+      "  -T, --timeout S       deadline of every wait in seconds   [BRAID_TIMEOUT or 300]\n"
+      "      --csv FILE        also write the rows as CSV\n"
+      "      --inject-fault    test the checker: the last rank flips one bit of its result\n"
+      "                        before the check (every checked row must then show #wrong > 0)\n"
+      "  -h, --help\n"
+      "\n"
+      "Timing: per size, w warmup calls, a barrier, then n calls; time is the mean per call on\n"
+      "each rank in microseconds and the table shows the maximum over ranks. algbw = size/time with\n"
+      "GB = 1e9 bytes; busbw = algbw * {all_reduce 2(n-1)/n; all_gather, reduce_scatter (n-1)/n;\n"
+      "broadcast, reduce, sendrecv 1}. all_gather/reduce_scatter: size is the whole n-block buffer\n"
+      "and count is one rank's block (size/n/sizeof(T)), as in nccl-tests. sendrecv sends to rank+1\n"
+      "and receives from rank-1; it has no in-place form (N/A). barrier prints one row of size 0.\n"
+      "\n"
+      "Check: exact for integers, min, max and for sum/prod on floating types (the patterns are small\n"
+      "integers whose partial results are exact in every type, fp8 included); avg on floating types\n"
+      "allows one ulp of the element type (the final division rounds). Also counted as wrong: changed\n"
+      "out-of-place inputs, written guard bytes, written non-root reduce outputs, and outputs that\n"
+      "differ from rank 0's bits where every rank must hold the same result.\n"
+      "\n"
+      "Exit status: 0 ok; 1 some #wrong > 0; 2 bad command line or backend not built; 3 braid error.\n"
+      "Example: %s all -d all -o all -a all -b 0 -e 64K -n 2 -w 1 -np 4 --backend procs\n",
+      argv0, argv0);
+}
+
+bool parse_u64(std::string_view s, std::uint64_t& out) {
+  if (s.empty()) return false;
+  std::uint64_t v = 0;
+  std::size_t i = 0;
+  for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i) v = v * 10 + static_cast<std::uint64_t>(s[i] - '0');
+  if (i == 0) return false;
+  std::string_view unit = s.substr(i);
+  if (unit == "K" || unit == "k" || unit == "KB" || unit == "KiB") v <<= 10;
+  else if (unit == "M" || unit == "m" || unit == "MB" || unit == "MiB") v <<= 20;
+  else if (unit == "G" || unit == "g" || unit == "GB" || unit == "GiB") v <<= 30;
+  else if (!unit.empty()) return false;
+  out = v;
+  return true;
+}
+
+bool parse_int(std::string_view s, int& out) {
+  std::uint64_t v = 0;
+  bool neg = !s.empty() && s[0] == '-';
+  if (neg) s.remove_prefix(1);
+  for (char ch : s)
+    if (ch < '0' || ch > '9') return false;
+  if (!parse_u64(s, v) || v > 1u << 30) return false;
+  out = neg ? -static_cast<int>(v) : static_cast<int>(v);
+  return true;
+}
+
+template <class F> bool parse_list(std::string_view s, F&& item) {
+  while (true) {
+    const std::size_t comma = s.find(',');
+    if (!item(s.substr(0, comma))) return false;
+    if (comma == std::string_view::npos) return true;
+    s.remove_prefix(comma + 1);
+  }
+}
+
+// Returns exit_ok when `cfg` is ready, otherwise the exit status (help: -1 → exit 0 after printing).
+int parse_args(int argc, char** argv, config& cfg) {
+  auto bad = [&](const std::string& msg) {
+    std::fprintf(stderr, "braid-bench: %s (see --help)\n", msg.c_str());
+    return exit_usage;
+  };
+  bool coll_given = false;
+  auto set_coll = [&](std::string_view v) -> bool {
+    coll_given = true;
+    if (v == "all") {
+      cfg.colls.assign(std::begin(bench_collectives), std::end(bench_collectives));
+      return true;
+    }
+    cfg.colls.clear();
+    return parse_list(v, [&](std::string_view x) {
+      collective c;
+      if (!parse_coll(x, c)) return false;
+      cfg.colls.push_back(c);
+      return true;
+    });
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    std::string_view val;
+    bool has_val = false;
+    if (a.size() > 2 && a[0] == '-' && a.find('=') != std::string_view::npos) {
+      val = a.substr(a.find('=') + 1);
+      a = a.substr(0, a.find('='));
+      has_val = true;
+    }
+    auto need = [&](std::string_view& v) -> bool {
+      if (has_val) { v = val; return true; }
+      if (i + 1 >= argc) return false;
+      v = argv[++i];
+      return true;
+    };
+    if (a == "--inject-fault") {
+      cfg.inject_fault = true;
+      continue;
+    }
+    if (a == "-h" || a == "--help") {
+      print_help(argv[0]);
+      return -1;
+    }
+    if (!a.empty() && a[0] != '-') {
+      if (coll_given) return bad("more than one collective given: '" + std::string(a) + "'");
+      if (!set_coll(a)) return bad("unknown collective '" + std::string(a) + "'");
+      continue;
+    }
+    std::string_view v;
+    if (!need(v)) return bad("flag " + std::string(a) + " needs a value");
+    const std::string vs(v);
+    if (a == "-C" || a == "--collective") {
+      if (!set_coll(v)) return bad("unknown collective '" + vs + "'");
+    } else if (a == "-b" || a == "--minbytes") {
+      if (!parse_u64(v, cfg.min_bytes)) return bad("bad size for -b: '" + vs + "'");
+    } else if (a == "-e" || a == "--maxbytes") {
+      if (!parse_u64(v, cfg.max_bytes)) return bad("bad size for -e: '" + vs + "'");
+    } else if (a == "-f" || a == "--stepfactor") {
+      if (!parse_u64(v, cfg.factor) || cfg.factor < 1) return bad("bad factor for -f: '" + vs + "'");
+    } else if (a == "-i" || a == "--stepbytes") {
+      if (!parse_u64(v, cfg.step_bytes)) return bad("bad step for -i: '" + vs + "'");
+    } else if (a == "-n" || a == "--iters") {
+      if (!parse_int(v, cfg.iters) || cfg.iters < 0) return bad("bad -n: '" + vs + "'");
+    } else if (a == "-w" || a == "--warmup_iters") {
+      if (!parse_int(v, cfg.warmup) || cfg.warmup < 0) return bad("bad -w: '" + vs + "'");
+    } else if (a == "-c" || a == "--check") {
+      if (!parse_int(v, cfg.check) || cfg.check < 0) return bad("bad -c: '" + vs + "'");
+    } else if (a == "-r" || a == "--root") {
+      if (!parse_int(v, cfg.root)) return bad("bad -r: '" + vs + "'");
+    } else if (a == "-np" || a == "--np" || a == "--nranks" || a == "-g") {
+      if (!parse_int(v, cfg.nranks) || cfg.nranks < 1 || cfg.nranks > static_cast<int>(braid::wire::max_ranks))
+        return bad("bad rank count: '" + vs + "'");
+    } else if (a == "-T" || a == "--timeout") {
+      char* end = nullptr;
+      cfg.timeout_s = std::strtod(vs.c_str(), &end);
+      if (!end || *end || !(cfg.timeout_s > 0)) return bad("bad -T: '" + vs + "'");
+    } else if (a == "-d" || a == "--datatype") {
+      cfg.types.clear();
+      if (v == "all") {
+        cfg.types.assign(std::begin(braid::all_dtypes), std::end(braid::all_dtypes));
+      } else if (!parse_list(v, [&](std::string_view x) {
+                   dtype t;
+                   if (!braid::parse_dtype(x, t)) return false;
+                   cfg.types.push_back(t);
+                   return true;
+                 })) {
+        return bad("unknown datatype in '" + vs + "'");
+      }
+    } else if (a == "-o" || a == "--op") {
+      cfg.ops.clear();
+      if (v == "all") {
+        cfg.ops = {op_kind::sum, op_kind::prod, op_kind::min, op_kind::max, op_kind::avg};
+      } else if (!parse_list(v, [&](std::string_view x) {
+                   op_kind k;
+                   if (!braid::parse_op(x, k)) return false;
+                   cfg.ops.push_back(k);
+                   return true;
+                 })) {
+        return bad("unknown op in '" + vs + "'");
+      }
+    } else if (a == "-a" || a == "--algo" || a == "--algorithm") {
+      cfg.algos.clear();
+      cfg.algos_all = v == "all";
+      if (!cfg.algos_all && !parse_list(v, [&](std::string_view x) {
+            algo al;
+            if (!braid::parse_algo(x, al)) return false;
+            cfg.algos.push_back(al);
+            return true;
+          }))
+        return bad("unknown algorithm in '" + vs + "'");
+    } else if (a == "--backend") {
+      if (v == "threads" || v == "host" || v == "thread") cfg.backend = backend_kind::threads;
+      else if (v == "procs" || v == "processes" || v == "process") cfg.backend = backend_kind::procs;
+      else if (v == "cuda") {
+        std::fprintf(stderr, "braid-bench: CUDA backend not built (this braid-bench has the host backends "
+                             "only: --backend threads or procs)\n");
+        return exit_usage;
+      } else {
+        return bad("unknown backend '" + vs + "' (threads, procs)");
+      }
+    } else if (a == "--csv") {
+      cfg.csv = vs;
+    } else {
+      return bad("unknown flag '" + std::string(a) + "'");
+    }
+  }
+  if (cfg.colls.empty()) cfg.colls = {collective::all_reduce};
+  if (cfg.min_bytes > cfg.max_bytes) return bad("-b is larger than -e");
+  if (cfg.root < 0 || cfg.root >= cfg.nranks) return bad("root " + std::to_string(cfg.root) + " out of range for " +
+                                                         std::to_string(cfg.nranks) + " ranks");
+  // An algorithm that no requested collective implements is a mistake, not something to skip.
+  if (!cfg.algos_all)
+    for (algo al : cfg.algos) {
+      bool any = al == algo::automatic;
+      for (collective c : cfg.colls) any = any || !has_algorithms(c) || braid::supports(al, c);
+      if (!any)
+        return bad("algorithm " + std::string(braid::name(al)) + " implements none of the requested collectives");
+    }
+  return exit_ok;
+}
+
+} // namespace
+
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  config cfg;
+  const int parsed = parse_args(argc, argv, cfg);
+  if (parsed == -1) return exit_ok;
+  if (parsed != exit_ok) return parsed;
+
+  braid::options opts;
+  try {
+    opts = braid::options::from_env();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "braid-bench: %s\n", e.what());
+    return exit_usage;
+  }
+  if (cfg.timeout_s > 0) opts.timeout = std::chrono::nanoseconds(static_cast<std::int64_t>(cfg.timeout_s * 1e9));
+
+  board bd(cfg.nranks);
+  if (cfg.backend == backend_kind::threads) {
+    std::atomic<int> status{exit_ok};
+    try {
+      braid::run_threads(
+          cfg.nranks,
+          [&](braid::communicator& comm) {
+            try {
+              rank_runner rr(comm, cfg, bd, opts.timeout);
+              const int s = rr.run();
+              if (comm.rank() == 0) status.store(s);
+            } catch (const harness_failure&) {
+              // another rank failed first; its error is the one to report
+            } catch (...) {
+              bd.fail();
+              throw;
+            }
+          },
+          opts);
+    } catch (const std::exception& e) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "braid-bench: error: %s\n", e.what());
+      return exit_error;
+    }
+    return status.load();
+  }
+
+  const std::vector<int> st = braid::testing::fork_ranks(
+      cfg.nranks,
+      [&](int rank, const braid::unique_id& id) {
+        try {
+          braid::communicator comm = braid::communicator::join(id, rank, cfg.nranks, opts);
+          rank_runner rr(comm, cfg, bd, opts.timeout);
+          return rr.run();
+        } catch (const harness_failure&) {
+          return exit_harness; // another rank failed first and reports why
+        } catch (...) {
+          bd.fail();
+          throw; // fork_ranks prints it
+        }
+      },
+      std::chrono::seconds(7 * 24 * 3600));
+  int worst = exit_ok;
+  for (std::size_t q = 0; q < st.size(); ++q) {
+    if (st[q] == exit_ok) continue;
+    if (st[q] == exit_wrong && q == 0) {
+      worst = std::max(worst, exit_wrong);
+      continue;
+    }
+    if (st[q] == exit_harness) {
+      worst = exit_error;
+      continue;
+    }
+    std::fprintf(stderr, "braid-bench: rank %zu exited with status %d\n", q, st[q]);
+    worst = exit_error;
+  }
+  return worst;
+}
+

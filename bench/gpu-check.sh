@@ -1,0 +1,304 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2317 # the functions below are run through step(), which shellcheck cannot see
+# bench/gpu-check.sh — the one script to run on a GPU machine (Hopper: H100/H200, sm_90).
+#
+# Configures a fresh build for the GPU (CUDA architectures $CUDAARCHS, default 90), builds it, and runs
+# and logs: the machine (UTC date, hostname, commit and whether the tree is dirty, nvidia-smi, nvcc),
+# every GPU test (ctest -L gpu -V), the GPU test executable under compute-sanitizer memcheck and
+# racecheck (with a reduced sweep: sanitizers are slow), and, when they were built, braid-bench
+# --backend cuda and the Google Benchmark micro binaries. Every command's exit status is recorded; a
+# failing step does not stop the ones after it. Everything goes to ONE plain-text log:
+#     <out-dir>/gpu-check-<UTC date>-<short commit>.log
+#
+# Usage: bench/gpu-check.sh [out-dir]              (default out-dir: bench/results)
+#
+# Environment:
+#   CUDAARCHS          CUDA architectures to build for                          [90]
+#   BUILD_DIR          build directory, wiped and configured afresh              [build-gpu-check]
+#   DOCTEST_DIR        directory holding doctestConfig.cmake, where doctest is not installed
+#   benchmark_DIR      directory holding benchmarkConfig.cmake (Google Benchmark; optional)
+#   CMAKE_ARGS         extra arguments for the configure step
+#   JOBS               build parallelism                                          [nproc]
+#   GPU_CHECK_STEPS    comma list of: build,test,memcheck,racecheck,bench        [all of them]
+#                      (without "build" the existing BUILD_DIR is used as it is)
+#   SANITIZER_LARGE    BRAID_GPU_SWEEP_LARGE under the sanitizers                 [10007]
+#   SANITIZER_NRANKS   BRAID_GPU_SWEEP_NRANKS under memcheck                     [1,2,4,8]
+#   SANITIZER_TIMEOUT  seconds allowed per sanitizer run                          [3600]
+#   GPU_CHECK_NO_GPU_OK=1  go on without a GPU (only to try the script itself: the GPU tests will
+#                      then report skipped, and the run counts as failed)
+#
+# Exit status: 0 when the build, the GPU tests and both sanitizer runs passed (benchmarks are recorded,
+# not judged); 1 when one of them failed; 2 when there is no GPU or a prerequisite is missing.
+set -uo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+out_dir=${1:-$repo/bench/results}
+build=${BUILD_DIR:-$repo/build-gpu-check}
+archs=${CUDAARCHS:-90}
+jobs=${JOBS:-$(nproc 2>/dev/null || echo 4)}
+steps=",${GPU_CHECK_STEPS:-build,test,memcheck,racecheck,bench},"
+san_large=${SANITIZER_LARGE:-10007}
+san_nranks=${SANITIZER_NRANKS:-1,2,4,8}
+san_timeout=${SANITIZER_TIMEOUT:-3600}
+export PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin:/usr/local/cuda/bin"
+
+want() { [[ $steps == *",$1,"* ]]; }
+
+# ---- the log ---------------------------------------------------------------------------------------
+commit=unknown
+short=nogit
+dirty="unknown (not a git checkout)"
+if git -C "$repo" rev-parse HEAD >/dev/null 2>&1; then
+  commit=$(git -C "$repo" rev-parse HEAD)
+  short=$(git -C "$repo" rev-parse --short HEAD)
+  # --no-optional-locks: only look, never refresh the index.
+  if [ -n "$(git -C "$repo" --no-optional-locks status --porcelain --untracked-files=normal 2>/dev/null)" ]; then
+    dirty="yes (uncommitted changes or untracked files; see git status below)"
+  else
+    dirty="no"
+  fi
+fi
+stamp=$(date -u +%Y%m%dT%H%M%SZ)
+mkdir -p "$out_dir" || { echo "gpu-check: cannot create $out_dir" >&2; exit 2; }
+log="$out_dir/gpu-check-$stamp-$short.log"
+: >"$log" || { echo "gpu-check: cannot write $log" >&2; exit 2; }
+
+say() { printf '%s\n' "$*" | tee -a "$log"; }
+section() { say ""; say "==== $* ===="; }
+
+summary=()   # "status  name" lines for the end
+failed=0     # a required step failed
+
+# step REQUIRED|INFO NAME CMD... : runs CMD with stdout and stderr into the log (and the terminal),
+# records its exit status. REQUIRED steps decide the script's exit status.
+step() {
+  local kind=$1 name=$2
+  shift 2
+  section "$name"
+  say "\$ $*"
+  local t0=$SECONDS
+  "$@" 2>&1 | tee -a "$log"
+  local rc=${PIPESTATUS[0]}
+  say "---- exit status $rc ($((SECONDS - t0)) s): $name"
+  summary+=("$(printf '%-4s %-8s %s' "$rc" "$kind" "$name")")
+  if [ "$rc" -ne 0 ] && [ "$kind" = REQUIRED ]; then failed=1; fi
+  return "$rc"
+}
+
+finish() {
+  section "summary"
+  say "exit  kind     step"
+  for s in "${summary[@]}"; do say "$s"; done
+  say ""
+  say "log: $log"
+  exit "$1"
+}
+
+section "braid gpu-check"
+say "date (UTC):  $(date -u '+%Y-%m-%d %H:%M:%S')"
+say "hostname:    $(hostname 2>/dev/null || cat /etc/hostname 2>/dev/null || echo unknown)"
+say "commit:      $commit"
+say "dirty tree:  $dirty"
+say "build dir:   $build"
+say "CUDA archs:  $archs"
+say "steps:       ${steps//,/ }"
+if [ "$commit" != unknown ]; then
+  step INFO "git status" git -C "$repo" --no-optional-locks status --short
+fi
+
+# ---- the machine -------------------------------------------------------------------------------------
+have_gpu=0
+if command -v nvidia-smi >/dev/null 2>&1; then
+  step INFO "nvidia-smi (name, driver)" nvidia-smi --query-gpu=index,name,driver_version,compute_cap,memory.total --format=csv
+  step INFO "nvidia-smi" nvidia-smi
+  step INFO "nvidia-smi topo -m" nvidia-smi topo -m
+  if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')" -gt 0 ]; then have_gpu=1; fi
+  cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .')
+  if [ -n "${cap:-}" ] && [[ ";$archs;" != *";$cap;"* ]] && [[ ";$archs;" != *";$cap-real;"* ]]; then
+    say "WARNING: GPU 0 is sm_$cap but the build targets '$archs' (set CUDAARCHS=$cap)"
+  fi
+else
+  say "nvidia-smi: not found"
+fi
+if command -v nvcc >/dev/null 2>&1; then
+  step INFO "nvcc --version" nvcc --version
+else
+  say "MISSING: nvcc (the CUDA toolkit): put its bin/ on PATH or set CUDA_HOME"
+  finish 2
+fi
+step INFO "cmake --version" cmake --version
+step INFO "c++ --version" c++ --version
+
+if [ "$have_gpu" -eq 0 ]; then
+  if [ "${GPU_CHECK_NO_GPU_OK:-0}" = 1 ]; then
+    say "NO GPU: nvidia-smi lists no GPU; going on because GPU_CHECK_NO_GPU_OK=1 (GPU tests will skip, and the run counts as failed)"
+    failed=1
+  else
+    say "NO GPU: nvidia-smi is missing or lists no GPU, so there is nothing to check here. Run this on a"
+    say "        GPU machine (set GPU_CHECK_NO_GPU_OK=1 to try the build steps anyway)."
+    summary+=("$(printf '%-4s %-8s %s' - REQUIRED "GPU present: no")")
+    finish 2
+  fi
+fi
+
+# ---- prerequisites -------------------------------------------------------------------------------------
+# The directory of the first <name>Config.cmake (or <name>-config.cmake) under $1, if any.
+config_dir_under() {
+  local root=$1 name=$2 f
+  [ -d "$root" ] || return 1
+  f=$(find "$root" -maxdepth 5 \( -name "${name}Config.cmake" -o -name "${name}-config.cmake" \) 2>/dev/null | head -n1)
+  [ -n "$f" ] && dirname "$f"
+}
+# Where CMake would look by default (enough to say what is missing before a long configure).
+search_roots=(/usr/lib /usr/lib64 /usr/local /opt /usr/share)
+prefixes=${CMAKE_PREFIX_PATH:-}
+for p in ${prefixes//:/ }; do search_roots+=("$p"); done
+
+generator=()
+command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+cmake_args=("${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DBRAID_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$archs"
+            -DBRAID_BUILD_TESTS=ON -DBRAID_BUILD_BENCH=ON -DBRAID_BUILD_EXAMPLES=OFF)
+doctest_missing=0
+section "prerequisites"
+if [ -n "${DOCTEST_DIR:-}" ]; then
+  if d=$(config_dir_under "$DOCTEST_DIR" doctest); then
+    say "doctest: $d (DOCTEST_DIR)"
+    cmake_args+=("-Ddoctest_DIR=$d")
+  else
+    say "MISSING: doctest: DOCTEST_DIR=$DOCTEST_DIR holds no doctestConfig.cmake (point it at a doctest"
+    say "         install prefix or at the directory of doctestConfig.cmake)"
+    summary+=("$(printf '%-4s %-8s %s' - REQUIRED "doctest found: no")")
+    finish 2
+  fi
+else
+  d=""
+  for root in "${search_roots[@]}"; do d=$(config_dir_under "$root" doctest) && break; done
+  if [ -n "$d" ]; then
+    say "doctest: $d"
+  else
+    doctest_missing=1
+    say "MISSING?: doctest: no doctestConfig.cmake under ${search_roots[*]}; if configure fails for it,"
+    say "          set DOCTEST_DIR to a copy (its install prefix or the directory of doctestConfig.cmake)"
+  fi
+fi
+if [ -n "${benchmark_DIR:-}" ]; then
+  if d=$(config_dir_under "$benchmark_DIR" benchmark); then
+    say "Google Benchmark: $d (benchmark_DIR)"
+    cmake_args+=("-Dbenchmark_DIR=$d")
+  else
+    say "missing (optional): Google Benchmark: benchmark_DIR=$benchmark_DIR holds no benchmarkConfig.cmake;"
+    say "                    the micro benchmarks will not be built"
+  fi
+else
+  d=""
+  for root in "${search_roots[@]}"; do d=$(config_dir_under "$root" benchmark) && break; done
+  if [ -n "$d" ]; then say "Google Benchmark: $d"
+  else say "missing (optional): Google Benchmark (set benchmark_DIR to a copy): the micro benchmarks will not be built"; fi
+fi
+sanitizer=$(command -v compute-sanitizer 2>/dev/null || true)
+for c in "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+  if [ -z "$sanitizer" ] && [ -x "$c" ]; then sanitizer=$c; fi
+done
+if [ -n "$sanitizer" ]; then say "compute-sanitizer: $sanitizer"
+else say "MISSING: compute-sanitizer (part of the CUDA toolkit): the memcheck and racecheck steps will fail"; fi
+if [ -n "${CMAKE_ARGS:-}" ]; then
+  # shellcheck disable=SC2206 # word splitting wanted: several arguments in one variable
+  cmake_args+=(${CMAKE_ARGS})
+fi
+
+# ---- build ---------------------------------------------------------------------------------------------
+if want build; then
+  case "$build" in
+    "" | / | "$repo" | "$HOME") say "refusing to wipe BUILD_DIR=$build"; finish 2 ;;
+  esac
+  rm -rf "$build"
+  if ! step REQUIRED "configure" cmake -S "$repo" -B "$build" "${cmake_args[@]}"; then
+    if [ "$doctest_missing" = 1 ] || grep -q 'doctest' "$build/CMakeFiles/CMakeError.log" 2>/dev/null ||
+       tail -n 40 "$log" | grep -qi 'doctest'; then
+      say "MISSING: doctest: set DOCTEST_DIR to a copy (its install prefix or the directory of doctestConfig.cmake)"
+    fi
+    finish 1
+  fi
+  if ! step REQUIRED "build" cmake --build "$build" -j "$jobs"; then finish 1; fi
+else
+  say "(build step not selected: using $build as it is)"
+fi
+
+test_bin="$build/tests/cuda/test_gpu"
+
+# ---- GPU tests -----------------------------------------------------------------------------------------
+ctest_out=$(mktemp)
+trap 'rm -f "$ctest_out"' EXIT
+run_gpu_ctest() {
+  (cd "$build" && ctest -L gpu -V --output-on-failure) >"$ctest_out" 2>&1
+  local rc=$?
+  cat "$ctest_out"
+  return "$rc"
+}
+# ctest counts a skipped test as "not failed": on a GPU machine a skip is a failure.
+check_not_skipped() {
+  if grep -q "SKIPPED: no CUDA device" "$ctest_out"; then
+    echo "the GPU tests were SKIPPED: the test executable sees no CUDA device"
+    return 1
+  fi
+  if ! grep -q "Test command: .*test_gpu" "$ctest_out"; then
+    echo "ctest ran no GPU test (BRAID_HAVE_CUDA off? see the configure output)"
+    return 1
+  fi
+  echo "the GPU tests ran (not skipped)"
+}
+if want test; then
+  step REQUIRED "GPU tests: ctest -L gpu -V" run_gpu_ctest
+  step REQUIRED "GPU tests were not skipped" check_not_skipped
+fi
+
+# ---- sanitizers ----------------------------------------------------------------------------------------
+# A reduced sweep (BRAID_GPU_SWEEP_LARGE), a per-wait deadline so that a kernel that cannot finish under
+# the tool fails instead of hanging, an overall time limit, and the tool's own exit code for anything
+# it reports. Usage: sanitize TOOL NRANKS [tool options] -- [test options]
+sanitize() {
+  local tool=$1 nranks=$2
+  shift 2
+  local opts=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do opts+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  if [ -z "$sanitizer" ]; then echo "compute-sanitizer not found"; return 127; fi
+  if [ ! -x "$test_bin" ]; then echo "$test_bin was not built"; return 127; fi
+  env BRAID_GPU_SWEEP_LARGE="$san_large" BRAID_GPU_SWEEP_NRANKS="$nranks" BRAID_TIMEOUT=120 \
+    timeout --signal=INT --kill-after=60 "$san_timeout" \
+    "$sanitizer" --tool "$tool" --error-exitcode 86 --print-limit 100 "${opts[@]}" "$test_bin" "$@"
+}
+if want memcheck; then
+  step REQUIRED "compute-sanitizer memcheck (GPU tests, sweep large=$san_large, ranks $san_nranks)" \
+    sanitize memcheck "$san_nranks" --leak-check full --
+fi
+if want racecheck; then
+  # racecheck sees shared memory only (the kernel's round and stop words) and is the slowest tool:
+  # the float sweep (every collective, algorithm and operator) with 2 and 4 ranks, and the graph test.
+  step REQUIRED "compute-sanitizer racecheck (float sweep and graph test, large=$san_large, ranks 2,4)" \
+    sanitize racecheck 2,4 -- "--test-case=gpu sweep: float*,gpu graph*"
+fi
+
+# ---- benchmarks (recorded, not judged) ------------------------------------------------------------------
+if want bench; then
+  bench_bin="$build/bench/braid-bench"
+  if [ -x "$bench_bin" ]; then
+    for np in 2 4 8; do
+      step INFO "braid-bench --backend cuda, all collectives, float sum, $np ranks" \
+        env BRAID_TIMEOUT=60 "$bench_bin" all -d float -o sum -a all -b 8 -e 256M -f 4 -n 20 -w 5 -c 1 -np "$np" --backend cuda
+    done
+    step INFO "braid-bench --backend cuda, correctness: every type, operator, algorithm, 4 ranks" \
+      env BRAID_TIMEOUT=60 "$bench_bin" all -d all -o all -a all -b 0 -e 16807 -f 7 -n 1 -w 0 -c 1 -np 4 --backend cuda
+  else
+    say "braid-bench: not built ($bench_bin)"
+  fi
+  found_micro=0
+  for m in "$build"/bench/braid-micro*; do
+    [ -x "$m" ] || continue
+    found_micro=1
+    step INFO "$(basename "$m") (Google Benchmark)" "$m"
+  done
+  [ "$found_micro" -eq 1 ] || say "Google Benchmark micro binaries: none built (Google Benchmark missing?)"
+fi
+
+finish "$failed"

@@ -1,0 +1,13 @@
+// bench/rows.hpp — the definition of rank_runner::run_row, for bench/rows_*.cpp only: each of them
+// instantiates it for a group of element types (every operator and algorithm of every collective).
+#pragma once
+
+#include "bench.hpp"
+
+namespace braid_bench {
+
+template <class T> void rank_runner::run_row(collective c, algo a, dtype t, op_kind k, std::uint64_t size) {
+  braid::visit(k, [&](auto op) { run_row_op<T>(c, a, t, k, op, size); });
+}
+
+} // namespace braid_bench

@@ -1,0 +1,68 @@
+// tests/cuda/launch.hpp — what the CUDA test kernels export to the host-compiled test (test_gpu.cpp).
+//
+// Plain C++: no CUDA headers, so doctest files stay .cpp built by the host compiler. The .cu files
+// behind it hold a braid::cuda group and instantiate only the (collective, type, operator)
+// combinations the tests use (nvcc time is paid on every CI run):
+//   launch_sum.cu    all_reduce with braid::sum: the 8 integer types and both fp8 types
+//   launch_float.cu  all_reduce with braid::sum: half, bfloat16, float, double; float with all five
+//                    operators for every collective; the group itself
+// (every algorithm each: 14 x 6 + 4 x 6 = 108 kernels).
+// Errors come back as braid::error exceptions, exactly as braid::cuda::communicator raises them.
+#pragma once
+
+#include <braid/comm/options.hpp>
+#include <braid/core/ops.hpp>
+#include <braid/core/types.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace braid::gpu_test {
+
+// One braid::cuda group plus one non-blocking CUDA stream per rank (created on the rank's device).
+struct group;
+
+// create_group(devices) with the given per-wait timeout and staging memory per rank (0: what
+// options::from_env() says: BRAID_TIMEOUT or 300 s, BRAID_STAGING_BYTES or 8 MiB). Raises what
+// create_group raises.
+std::shared_ptr<group> make_group(const std::vector<int>& devices, std::chrono::nanoseconds timeout = {},
+                                  std::size_t staging_bytes = 0);
+
+int size(const group& g);
+// The rank's stream as an opaque handle (a cudaStream_t; test_gpu.cpp casts it back).
+void* stream(const group& g, int rank);
+// communicator::check() of that rank: raises the error a kernel of the group recorded, if any.
+void check(const group& g, int rank);
+
+// One rank's part of a collective. `out` is the result buffer (for reduce_scatter: the rank's block).
+struct call {
+  collective coll = collective::all_reduce;
+  algo algorithm = algo::automatic;
+  dtype type = dtype::float32;
+  op_kind op = op_kind::sum;
+  const void* in = nullptr;
+  void* out = nullptr;
+  std::size_t count = 0; // elements per block, as the communicator takes it
+  int root = 0;
+};
+
+// Whether this test binary instantiates (c, t, k); enqueue raises unsupported_error otherwise.
+bool instantiated(collective c, dtype t, op_kind k);
+
+// Enqueues rank's part of `c` on the rank's stream and returns at once (stream-ordered, like the
+// communicator). Argument errors are raised before anything is enqueued.
+void enqueue(group& g, int rank, const call& c);
+
+// Whether the collective kernels can run on the current device (built for its architecture); on
+// false, `why` says what the runtime answered.
+bool kernels_loadable(std::string& why);
+
+namespace detail {
+// launch_sum.cu: all_reduce with sum for the integer and fp8 types; false if `c` is not one of those.
+bool enqueue_sum_narrow(group& g, int rank, const call& c);
+} // namespace detail
+
+} // namespace braid::gpu_test

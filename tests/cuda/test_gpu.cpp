@@ -1,0 +1,656 @@
+// tests/cuda/test_gpu.cpp — the CUDA backend on a real GPU: braid::cuda groups of 1, 2, 4 and 8 ranks
+// sharing device 0, driven from this one host thread.
+//
+// How every collective runs here: each rank's part is enqueued on that rank's own stream, all ranks
+// before any stream is synchronised (the kernels wait for each other on the device), then every
+// stream is synchronised, check() is called on every rank, and the outputs are copied back and
+// compared with the CPU reference of tests/comm/sweep.hpp (inputs chosen so that every partial result
+// is exact: the comparison is bit for bit, floats included). Sentinel bytes around each output catch
+// writes past its end, and out-of-place reduce must leave non-root outputs untouched.
+//
+// Sweeps (counts 0, 1, 7, an unaligned 1003 at offsets of 3 and 5 elements, and a large count;
+// out-of-place and in-place):
+//   all_reduce with braid::sum, every element type, every algorithm and the tuning table's choice;
+//   float, every collective x every algorithm it supports x every operator.
+// A third sweep uses 64 KiB of staging so that every call runs hundreds of rounds.
+// Then: CUDA-graph capture and replay, a stalled rank (timeout error naming the peer; a fresh group
+// works), and bad arguments (raised before anything is launched).
+//
+// Without a device this prints "SKIPPED: no CUDA device (...)" and exits with 77, which CTest
+// reports as skipped (SKIP_RETURN_CODE), never as passed.
+//
+// Environment (bench/gpu-check.sh uses the first two under compute-sanitizer, which is slow):
+//   BRAID_GPU_SWEEP_LARGE   the large count (default 1000003)
+//   BRAID_GPU_SWEEP_NRANKS  rank counts of the sweeps, e.g. "2,4" (default "1,2,4,8")
+//   BRAID_TIMEOUT           per-wait deadline of the sweep groups (default here: 60 s)
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "comm/sweep.hpp"
+#include "launch.hpp"
+
+#ifndef BRAID_GPU_TEST_ARCHS
+#define BRAID_GPU_TEST_ARCHS "?"
+#endif
+
+namespace {
+
+namespace gt = braid::gpu_test;
+using braid::algo;
+using braid::collective;
+using braid::dtype;
+using braid::errc;
+using braid::op_kind;
+using namespace std::chrono_literals;
+
+#define GPU_OK(expr)                                                                                 \
+  do {                                                                                               \
+    const cudaError_t gpu_ok_e_ = (expr);                                                            \
+    if (gpu_ok_e_ != cudaSuccess) FAIL(#expr << ": " << cudaGetErrorName(gpu_ok_e_) << ": " << cudaGetErrorString(gpu_ok_e_)); \
+  } while (0)
+
+cudaStream_t stream_of(const gt::group& g, int r) { return static_cast<cudaStream_t>(gt::stream(g, r)); }
+
+// ---- configuration --------------------------------------------------------------------------------
+
+std::size_t sweep_large() {
+  const char* s = std::getenv("BRAID_GPU_SWEEP_LARGE");
+  if (!s || !*s) return 1000003;
+  const unsigned long long v = std::strtoull(s, nullptr, 10);
+  return v >= 8 ? static_cast<std::size_t>(v) : 1000003;
+}
+
+std::vector<int> sweep_nranks() {
+  std::vector<int> out;
+  const char* s = std::getenv("BRAID_GPU_SWEEP_NRANKS");
+  if (s && *s) {
+    std::stringstream in(s);
+    std::string item;
+    while (std::getline(in, item, ','))
+      if (const int n = std::atoi(item.c_str()); n >= 1 && n <= 64) out.push_back(n);
+  }
+  if (out.empty()) out = {1, 2, 4, 8};
+  return out;
+}
+
+// The sweeps' per-wait deadline: BRAID_TIMEOUT when set (0 here means "options::from_env()"), else a
+// minute, so that a broken schedule fails the test instead of hanging it for 300 s per wait.
+std::chrono::nanoseconds sweep_timeout() {
+  const char* s = std::getenv("BRAID_TIMEOUT");
+  return s && *s ? std::chrono::nanoseconds(0) : std::chrono::nanoseconds(60s);
+}
+
+// ---- a group with per-rank device buffers ---------------------------------------------------------
+
+struct rig {
+  int n;
+  std::size_t bytes;
+  std::chrono::nanoseconds timeout;
+  std::size_t staging;
+  std::shared_ptr<gt::group> g;
+  std::vector<void*> in, out;                  // per rank, `bytes` each, on device 0
+  std::vector<std::vector<unsigned char>> img; // per rank host scratch
+
+  rig(int nranks, std::size_t buffer_bytes, std::chrono::nanoseconds t, std::size_t staging_bytes = 0)
+      : n(nranks), bytes(buffer_bytes), timeout(t), staging(staging_bytes), in(static_cast<std::size_t>(nranks)),
+        out(static_cast<std::size_t>(nranks)), img(static_cast<std::size_t>(nranks)) {
+    GPU_OK(cudaSetDevice(0));
+    renew();
+    for (int r = 0; r < n; ++r) {
+      GPU_OK(cudaMalloc(&in[idx(r)], bytes));
+      GPU_OK(cudaMalloc(&out[idx(r)], bytes));
+    }
+  }
+  rig(const rig&) = delete;
+  rig& operator=(const rig&) = delete;
+  ~rig() {
+    g.reset();
+    for (void* p : in) cudaFree(p);
+    for (void* p : out) cudaFree(p);
+  }
+  static std::size_t idx(int r) { return static_cast<std::size_t>(r); }
+  gt::group& group() { return *g; }
+  // A fresh group (after an error poisoned the old one: every later call would raise it again).
+  void renew() {
+    g.reset();
+    g = gt::make_group(std::vector<int>(static_cast<std::size_t>(n), 0), timeout, staging);
+  }
+  // Synchronises every rank's stream; returns the first CUDA error as text ("" if none).
+  std::string sync() {
+    std::string err;
+    for (int r = 0; r < n; ++r) {
+      const cudaError_t e = cudaStreamSynchronize(stream_of(*g, r));
+      if (e != cudaSuccess && err.empty()) err = std::string("cudaStreamSynchronize: ") + cudaGetErrorString(e);
+    }
+    return err;
+  }
+};
+
+// ---- one case of the sweep ------------------------------------------------------------------------
+
+struct shape {
+  std::size_t count, offset;
+  bool in_place;
+};
+
+std::vector<shape> sweep_shapes(std::size_t large, bool unaligned_large) {
+  std::vector<shape> s = {{0, 0, false},    {0, 0, true},     {1, 0, false},     {1, 0, true},
+                          {7, 0, false},    {7, 0, true},     {1003, 3, false},  {1003, 5, true},
+                          {large, 0, false}, {large, 0, true}};
+  if (unaligned_large) s.push_back({large, 1, false});
+  return s;
+}
+
+// Bytes per rank buffer for counts up to `large` elements per block of T (offset and guard included).
+std::size_t buffer_bytes(std::size_t large, int n, bool blocked, std::size_t elem) {
+  return ((blocked ? large * static_cast<std::size_t>(n) : large) + 64) * elem + 4096;
+}
+
+// Runs one collective on every rank of x and checks every rank's output. Returns "" when everything
+// matches, else what went wrong first (and renews the group when an error poisoned it).
+template <class T, class Op>
+std::string run_case(rig& x, collective c, algo a, op_kind k, std::size_t count, std::size_t offset, bool in_place) {
+  using braid::testing::expected_reduction;
+  using braid::testing::make;
+  using braid::testing::value_int;
+  const int n = x.n, root = n - 1;
+  const auto un = static_cast<std::size_t>(n);
+  const std::size_t in_n = c == collective::reduce_scatter ? count * un : count;
+  const std::size_t out_n = c == collective::all_gather ? count * un : count;
+  const std::size_t guard = 16;
+  const std::size_t span_n = in_place && c == collective::reduce_scatter ? in_n : out_n;
+  const std::size_t span_bytes = (span_n + guard) * sizeof(T);
+  const std::size_t need = (offset + std::max(in_n, out_n) + guard) * sizeof(T);
+  if (need > x.bytes) return "test bug: buffers too small";
+
+  auto where = [&](int r, std::size_t i, const std::string& what) {
+    std::ostringstream s;
+    s << name(c) << "/" << name(a) << " " << name(braid::dtype_of_v<T>) << " " << name(k) << " n=" << n << " rank=" << r
+      << " count=" << count << " offset=" << offset << (in_place ? " in-place" : "") << ": " << what << " at " << i;
+    return s.str();
+  };
+
+  std::vector<T*> din(un), dout(un), dres(un);
+  for (int r = 0; r < n; ++r) {
+    const std::size_t ur = static_cast<std::size_t>(r);
+    T* o = static_cast<T*>(x.out[ur]) + offset;
+    T* i = in_place ? o : static_cast<T*>(x.in[ur]) + offset;
+    if (in_place && c == collective::all_gather) i = o + ur * count;
+    dout[ur] = o;
+    din[ur] = i;
+    dres[ur] = in_place && c == collective::reduce_scatter ? i + ur * count : o;
+
+    // Input values repeat with period 15 in the element index (see sweep.hpp).
+    T vals[15];
+    const bool copies = c == collective::all_gather || c == collective::broadcast;
+    for (std::uint64_t key = 0; key < 15; ++key) vals[key] = make<T>(copies ? value_int<T>(op_kind::sum, r, key) : value_int<T>(k, r, key));
+    const std::uint64_t g0 = c == collective::all_gather ? static_cast<std::uint64_t>(r) * count : 0;
+
+    std::vector<unsigned char>& img = x.img[ur];
+    if (img.size() < std::max(span_bytes, in_n * sizeof(T))) img.resize(std::max(span_bytes, in_n * sizeof(T)));
+    if (in_place) {
+      // The input lives inside the output span: sentinel around it, input values in it.
+      std::memset(img.data(), 0xA5, span_bytes);
+      T* at = reinterpret_cast<T*>(img.data()) + (i - o);
+      for (std::size_t e = 0; e < in_n; ++e) std::memcpy(at + e, &vals[(g0 + e) % 15], sizeof(T));
+      GPU_OK(cudaMemcpy(o, img.data(), span_bytes, cudaMemcpyHostToDevice));
+    } else {
+      std::memset(img.data(), 0xA5, span_bytes);
+      GPU_OK(cudaMemcpy(o, img.data(), span_bytes, cudaMemcpyHostToDevice));
+      T* at = reinterpret_cast<T*>(img.data());
+      for (std::size_t e = 0; e < in_n; ++e) std::memcpy(at + e, &vals[(g0 + e) % 15], sizeof(T));
+      if (in_n) GPU_OK(cudaMemcpy(i, img.data(), in_n * sizeof(T), cudaMemcpyHostToDevice));
+    }
+  }
+
+  // Every rank's kernel is enqueued before any stream is synchronised: they wait for each other.
+  std::string failure;
+  for (int r = 0; r < n && failure.empty(); ++r) {
+    const std::size_t ur = static_cast<std::size_t>(r);
+    gt::call cl;
+    cl.coll = c;
+    cl.algorithm = a;
+    cl.type = braid::dtype_of_v<T>;
+    cl.op = k;
+    cl.in = din[ur];
+    cl.out = dres[ur];
+    cl.count = count;
+    cl.root = root;
+    try {
+      gt::enqueue(x.group(), r, cl);
+    } catch (const std::exception& e) {
+      failure = where(r, 0, std::string("enqueue raised: ") + e.what());
+    }
+  }
+  if (std::string e = x.sync(); !e.empty() && failure.empty()) failure = where(0, 0, e);
+  for (int r = 0; r < n && failure.empty(); ++r) {
+    try {
+      gt::check(x.group(), r);
+    } catch (const std::exception& e) {
+      failure = where(r, 0, std::string("check() raised: ") + e.what());
+    }
+  }
+  if (!failure.empty()) {
+    x.renew(); // a failed call (or a kernel that gave up) leaves the group unusable
+    return failure;
+  }
+
+  // Compare.
+  for (int r = 0; r < n; ++r) {
+    const std::size_t ur = static_cast<std::size_t>(r);
+    std::vector<unsigned char>& img = x.img[ur];
+    GPU_OK(cudaMemcpy(img.data(), dout[ur], span_bytes, cudaMemcpyDeviceToHost));
+    const unsigned char* result = img.data() + static_cast<std::size_t>(dres[ur] - dout[ur]) * sizeof(T);
+    T cache[15];
+    bool have[15] = {};
+    const bool writes = c != collective::reduce || r == root;
+    const std::size_t check_n = in_place && c == collective::reduce_scatter ? count : out_n;
+    for (std::size_t i = 0; writes && i < check_n; ++i) {
+      T want;
+      switch (c) {
+      case collective::all_gather: want = make<T>(value_int<T>(op_kind::sum, static_cast<int>(i / count), i)); break;
+      case collective::broadcast: want = make<T>(value_int<T>(op_kind::sum, root, i)); break;
+      default: {
+        const std::uint64_t g = c == collective::reduce_scatter ? static_cast<std::uint64_t>(r) * count + i : i;
+        const std::size_t key = static_cast<std::size_t>(g % 15);
+        if (!have[key]) {
+          cache[key] = expected_reduction<T, Op>(k, n, g);
+          have[key] = true;
+        }
+        want = cache[key];
+      }
+      }
+      if (std::memcmp(&want, result + i * sizeof(T), sizeof(T)) != 0) return where(r, i, "wrong value");
+    }
+    for (std::size_t b = span_n * sizeof(T); b < span_bytes; ++b)
+      if (img[b] != 0xA5) return where(r, b - span_n * sizeof(T), "wrote past the output (byte)");
+    if (!writes && !in_place)
+      for (std::size_t b = 0; b < out_n * sizeof(T); ++b)
+        if (img[b] != 0xA5) return where(r, b, "non-root output written (byte)");
+  }
+  return {};
+}
+
+// Collects failures; reports the first few in full.
+struct tally {
+  long cases = 0, failures = 0;
+  void add(const std::string& failure) {
+    ++cases;
+    if (failure.empty()) return;
+    if (++failures <= 25) FAIL_CHECK(failure);
+  }
+  void report(const char* what) {
+    MESSAGE(what << ": " << cases << " cases, " << failures << " failed");
+    CHECK(failures == 0);
+  }
+};
+
+std::vector<algo> algos_for(collective c) {
+  std::vector<algo> out = {algo::automatic}; // the tuning table's choice
+  for (algo a : braid::all_algos)
+    if (braid::supports(a, c)) out.push_back(a);
+  return out;
+}
+
+std::string rank_list() {
+  std::string s;
+  for (int n : sweep_nranks()) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(n);
+  }
+  return s;
+}
+
+// ---- plain float helpers for the non-sweep tests --------------------------------------------------
+
+struct float_buffers {
+  int n;
+  std::size_t count;
+  std::vector<float*> in, out;
+  float_buffers(int nranks, std::size_t cnt) : n(nranks), count(cnt), in(static_cast<std::size_t>(nranks)), out(static_cast<std::size_t>(nranks)) {
+    for (std::size_t r = 0; r < in.size(); ++r) {
+      GPU_OK(cudaMalloc(reinterpret_cast<void**>(&in[r]), std::max<std::size_t>(count, 1) * sizeof(float)));
+      GPU_OK(cudaMalloc(reinterpret_cast<void**>(&out[r]), std::max<std::size_t>(count, 1) * sizeof(float)));
+    }
+  }
+  float_buffers(const float_buffers&) = delete;
+  float_buffers& operator=(const float_buffers&) = delete;
+  ~float_buffers() {
+    for (float* p : in) cudaFree(p);
+    for (float* p : out) cudaFree(p);
+  }
+};
+
+// Small integers: every sum over up to 64 ranks is exact in float.
+float input_value(int r, std::size_t i, int rep) {
+  return static_cast<float>(static_cast<int>((i * 7 + static_cast<std::size_t>(r) * 3 + static_cast<std::size_t>(rep) * 5) % 17) - 8);
+}
+
+void upload_inputs(float_buffers& b, int rep, bool in_place) {
+  std::vector<float> h(b.count);
+  for (int r = 0; r < b.n; ++r) {
+    for (std::size_t i = 0; i < b.count; ++i) h[i] = input_value(r, i, rep);
+    float* dst = in_place ? b.out[static_cast<std::size_t>(r)] : b.in[static_cast<std::size_t>(r)];
+    GPU_OK(cudaMemcpy(dst, h.data(), b.count * sizeof(float), cudaMemcpyHostToDevice));
+    if (!in_place) GPU_OK(cudaMemset(b.out[static_cast<std::size_t>(r)], 0xA5, b.count * sizeof(float)));
+  }
+}
+
+// Number of elements of every rank's output that differ from the all_reduce sum (first bad one in `first`).
+std::size_t count_wrong_sums(float_buffers& b, int rep, std::string& first) {
+  std::vector<float> h(b.count);
+  std::size_t wrong = 0;
+  for (int r = 0; r < b.n; ++r) {
+    GPU_OK(cudaMemcpy(h.data(), b.out[static_cast<std::size_t>(r)], b.count * sizeof(float), cudaMemcpyDeviceToHost));
+    for (std::size_t i = 0; i < b.count; ++i) {
+      double want = 0;
+      for (int q = 0; q < b.n; ++q) want += input_value(q, i, rep);
+      if (h[i] != static_cast<float>(want)) {
+        if (!wrong) first = "rank " + std::to_string(r) + " element " + std::to_string(i) + ": " + std::to_string(h[i]) + " != " + std::to_string(want);
+        ++wrong;
+      }
+    }
+  }
+  return wrong;
+}
+
+gt::call float_all_reduce(const float* in, float* out, std::size_t count) {
+  gt::call c;
+  c.coll = collective::all_reduce;
+  c.type = dtype::float32;
+  c.op = op_kind::sum;
+  c.in = in;
+  c.out = out;
+  c.count = count;
+  return c;
+}
+
+// Runs a float all_reduce on every rank of g and checks it.
+void expect_working_all_reduce(gt::group& g, std::size_t count) {
+  const int n = gt::size(g);
+  float_buffers b(n, count);
+  upload_inputs(b, 0, false);
+  for (int r = 0; r < n; ++r) gt::enqueue(g, r, float_all_reduce(b.in[static_cast<std::size_t>(r)], b.out[static_cast<std::size_t>(r)], count));
+  for (int r = 0; r < n; ++r) GPU_OK(cudaStreamSynchronize(stream_of(g, r)));
+  for (int r = 0; r < n; ++r) gt::check(g, r);
+  std::string first;
+  CHECK_MESSAGE(count_wrong_sums(b, 0, first) == 0, first);
+}
+
+} // namespace
+
+// ---- the sweeps -----------------------------------------------------------------------------------
+
+TEST_CASE("gpu sweep: all_reduce with braid::sum, every element type and algorithm") {
+  const std::size_t large = sweep_large();
+  tally t;
+  for (int n : sweep_nranks()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    rig x(n, buffer_bytes(large, n, false, 8), sweep_timeout());
+    for (dtype d : braid::all_dtypes) {
+      braid::visit(d, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        for (algo a : algos_for(collective::all_reduce))
+          for (const shape& s : sweep_shapes(large, false))
+            t.add(run_case<T, braid::sum<>>(x, collective::all_reduce, a, op_kind::sum, s.count, s.offset, s.in_place));
+      });
+    }
+    MESSAGE("all_reduce/sum sweep, " << n << " rank(s): " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s");
+  }
+  t.report(("all_reduce/sum, 14 types, ranks " + rank_list() + ", large count " + std::to_string(large)).c_str());
+}
+
+TEST_CASE("gpu sweep: float, every collective, algorithm and operator") {
+  const std::size_t large = sweep_large();
+  tally t;
+  for (int n : sweep_nranks()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    rig x(n, buffer_bytes(large, n, true, sizeof(float)), sweep_timeout());
+    for (collective c : braid::testing::sweep_collectives) {
+      const bool reduces = c == collective::all_reduce || c == collective::reduce_scatter || c == collective::reduce;
+      for (algo a : algos_for(c))
+        for (op_kind k : {op_kind::sum, op_kind::prod, op_kind::min, op_kind::max, op_kind::avg}) {
+          if (!reduces && k != op_kind::sum) continue;
+          braid::visit(k, [&](auto op) {
+            using Op = decltype(op);
+            for (const shape& s : sweep_shapes(large, k == op_kind::sum))
+              t.add(run_case<float, Op>(x, c, a, k, s.count, s.offset, s.in_place));
+          });
+        }
+    }
+    MESSAGE("float sweep, " << n << " rank(s): " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s");
+  }
+  t.report(("float x every collective/algorithm/operator, ranks " + rank_list() + ", large count " + std::to_string(large)).c_str());
+}
+
+// Small staging memory: hundreds of rounds per call, so the two staging halves are reused many times
+// (the round-parity protocol: a rank waits for its peers to finish round R-2 before it writes half
+// R%2 again), and blocks of one kernel may drift apart by whole rounds.
+TEST_CASE("gpu sweep: 64 KiB staging, many rounds per call (float, every collective and algorithm)") {
+  const std::size_t big = std::min<std::size_t>(sweep_large(), 100003);
+  tally t;
+  for (int n : {2, 3, 4, 5, 8}) {
+    rig x(n, buffer_bytes(big, n, true, sizeof(float)), sweep_timeout(), std::size_t{64} << 10);
+    for (collective c : braid::testing::sweep_collectives)
+      for (algo a : algos_for(c))
+        for (const shape& s : {shape{1003, 0, false}, shape{1003, 0, true}, shape{big, 0, false}, shape{big, 0, true}, shape{big, 3, false}})
+          t.add(run_case<float, braid::sum<>>(x, c, a, op_kind::sum, s.count, s.offset, s.in_place));
+  }
+  t.report(("64 KiB staging, float sum, ranks 2,3,4,5,8, count " + std::to_string(big)).c_str());
+}
+
+// ---- CUDA graphs ----------------------------------------------------------------------------------
+
+TEST_CASE("gpu graph: one captured all_reduce per rank, replayed with new inputs") {
+  const int n = 4;
+  const std::size_t large = sweep_large();
+  struct variant {
+    std::size_t count;
+    bool in_place;
+  };
+  // 7 elements: one round (one_shot); the large count: several rounds (two_shot), read in place.
+  for (const variant v : {variant{7, true}, variant{large, false}}) {
+    CAPTURE(v.count);
+    CAPTURE(v.in_place);
+    auto g = gt::make_group(std::vector<int>(n, 0), sweep_timeout());
+    float_buffers b(n, v.count);
+    std::vector<cudaGraph_t> graphs(n, nullptr);
+    std::vector<cudaGraphExec_t> execs(n, nullptr);
+    for (int r = 0; r < n; ++r) {
+      const std::size_t ur = static_cast<std::size_t>(r);
+      cudaStream_t s = stream_of(*g, r);
+      GPU_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      try {
+        gt::enqueue(*g, r, float_all_reduce(v.in_place ? b.out[ur] : b.in[ur], b.out[ur], v.count));
+      } catch (...) {
+        cudaGraph_t dropped = nullptr;
+        cudaStreamEndCapture(s, &dropped);
+        if (dropped) cudaGraphDestroy(dropped);
+        throw;
+      }
+      GPU_OK(cudaStreamEndCapture(s, &graphs[ur]));
+      GPU_OK(cudaGraphInstantiate(&execs[ur], graphs[ur], 0));
+    }
+    for (int rep = 0; rep < 3; ++rep) {
+      CAPTURE(rep);
+      upload_inputs(b, rep, v.in_place);
+      for (int r = 0; r < n; ++r) GPU_OK(cudaGraphLaunch(execs[static_cast<std::size_t>(r)], stream_of(*g, r)));
+      for (int r = 0; r < n; ++r) GPU_OK(cudaStreamSynchronize(stream_of(*g, r)));
+      for (int r = 0; r < n; ++r) gt::check(*g, r);
+      std::string first;
+      CHECK_MESSAGE(count_wrong_sums(b, rep, first) == 0, first);
+    }
+    // Stream launches after graph replays continue the same round sequence.
+    expect_working_all_reduce(*g, v.count);
+    for (auto e : execs) cudaGraphExecDestroy(e);
+    for (auto gr : graphs) cudaGraphDestroy(gr);
+  }
+}
+
+// ---- failures -------------------------------------------------------------------------------------
+
+TEST_CASE("gpu stalled rank: the waiting kernel times out, check() names the peer, a fresh group works") {
+  for (int n : {2, 4}) {
+    CAPTURE(n);
+    const std::size_t count = 1000;
+    auto g = gt::make_group(std::vector<int>(static_cast<std::size_t>(n), 0), 200ms);
+    float_buffers b(n, count);
+    upload_inputs(b, 0, false);
+    // Only rank 0 calls: its kernel waits for peers that never come.
+    gt::enqueue(*g, 0, float_all_reduce(b.in[0], b.out[0], count));
+    const auto t0 = std::chrono::steady_clock::now();
+    GPU_OK(cudaStreamSynchronize(stream_of(*g, 0)));
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    MESSAGE("rank 0's kernel returned after " << waited << " s (timeout 0.2 s)");
+    CHECK(waited < 10.0);
+    bool raised = false;
+    try {
+      gt::check(*g, 0);
+    } catch (const braid::timeout_error& e) {
+      raised = true;
+      MESSAGE("check(): " << e.what());
+      CHECK(e.code() == errc::timeout);
+      CHECK(e.peer() >= 1);
+      CHECK(e.peer() < n);
+      CHECK(std::string(e.what()).find("rank 0 waited") != std::string::npos);
+      CHECK(std::string(e.what()).find("for rank " + std::to_string(e.peer())) != std::string::npos);
+    }
+    CHECK_MESSAGE(raised, "check() did not raise braid::timeout_error");
+    // The group stays failed: every rank's next call raises before enqueuing anything.
+    CHECK_THROWS_AS(gt::check(*g, n - 1), braid::timeout_error);
+    CHECK_THROWS_AS(gt::enqueue(*g, n - 1, float_all_reduce(b.in[static_cast<std::size_t>(n - 1)], b.out[static_cast<std::size_t>(n - 1)], count)),
+                    braid::timeout_error);
+    CHECK(cudaStreamQuery(stream_of(*g, n - 1)) == cudaSuccess);
+    g.reset();
+    auto fresh = gt::make_group(std::vector<int>(static_cast<std::size_t>(n), 0), sweep_timeout());
+    expect_working_all_reduce(*fresh, count);
+  }
+}
+
+TEST_CASE("gpu bad arguments: raised before anything is launched, the group stays usable") {
+  const int n = 2;
+  const std::size_t K = 5;
+  // A short deadline: if a bad call did launch rank 0's kernel, it would give up (and poison the
+  // group, which the final all_reduce would show) instead of hanging.
+  auto g = gt::make_group(std::vector<int>(n, 0), 2s);
+  float_buffers b(n, 64);
+  for (int r = 0; r < n; ++r) GPU_OK(cudaMemset(b.out[static_cast<std::size_t>(r)], 0xA5, 64 * sizeof(float)));
+  float* in = b.in[0];
+  float* out = b.out[0];
+
+  auto expect_error = [&](const char* what, gt::call c, errc code) {
+    CAPTURE(what);
+    bool raised = false;
+    try {
+      gt::enqueue(*g, 0, c);
+    } catch (const braid::error& e) {
+      raised = true;
+      CHECK(e.code() == code);
+      CHECK(e.rank() == 0);
+      CHECK(e.collective() == name(c.coll));
+    }
+    CHECK_MESSAGE(raised, what << ": no error raised");
+    CHECK_MESSAGE(cudaStreamQuery(stream_of(*g, 0)) == cudaSuccess, what << ": something was enqueued");
+  };
+  auto call = [&](collective c, const float* i, float* o, std::size_t count, int root = 0, algo a = algo::automatic) {
+    gt::call x;
+    x.coll = c;
+    x.algorithm = a;
+    x.in = i;
+    x.out = o;
+    x.count = count;
+    x.root = root;
+    return x;
+  };
+  expect_error("all_reduce, null input", call(collective::all_reduce, nullptr, out, K), errc::invalid_argument);
+  expect_error("all_reduce, null output", call(collective::all_reduce, in, nullptr, K), errc::invalid_argument);
+  expect_error("reduce_scatter, null input", call(collective::reduce_scatter, nullptr, out, K), errc::invalid_argument);
+  expect_error("all_gather, null output", call(collective::all_gather, in, nullptr, K), errc::invalid_argument);
+  expect_error("broadcast, root -1", call(collective::broadcast, in, out, K, -1), errc::invalid_argument);
+  expect_error("broadcast, root n", call(collective::broadcast, in, out, K, n), errc::invalid_argument);
+  expect_error("reduce, root n", call(collective::reduce, in, out, K, n), errc::invalid_argument);
+  expect_error("reduce, root -1", call(collective::reduce, in, out, K, -1), errc::invalid_argument);
+  expect_error("all_reduce, overlapping buffers", call(collective::all_reduce, out, out + 1, K), errc::invalid_argument);
+  expect_error("all_reduce, count overflows", call(collective::all_reduce, in, out, SIZE_MAX / 2), errc::invalid_argument);
+  expect_error("reduce_scatter with one_shot", call(collective::reduce_scatter, in, out, K, 0, algo::one_shot),
+               errc::unsupported);
+  // Count 0 with null pointers is valid and does nothing.
+  CHECK_NOTHROW(gt::enqueue(*g, 0, call(collective::all_reduce, nullptr, nullptr, 0)));
+  CHECK(cudaStreamQuery(stream_of(*g, 0)) == cudaSuccess);
+
+  // Nothing was written, nothing failed, and the group still works.
+  std::vector<unsigned char> h(64 * sizeof(float));
+  GPU_OK(cudaMemcpy(h.data(), out, h.size(), cudaMemcpyDeviceToHost));
+  CHECK(std::all_of(h.begin(), h.end(), [](unsigned char v) { return v == 0xA5; }));
+  CHECK_NOTHROW(gt::check(*g, 0));
+  expect_working_all_reduce(*g, 1000);
+
+  // create_group's own checks.
+  int devices = 0;
+  GPU_OK(cudaGetDeviceCount(&devices));
+  CHECK_THROWS_AS(gt::make_group({}), braid::invalid_argument);
+  CHECK_THROWS_AS(gt::make_group(std::vector<int>(65, 0)), braid::invalid_argument);
+  CHECK_THROWS_AS(gt::make_group({0, devices}), braid::invalid_argument);
+  CHECK_THROWS_AS(gt::make_group({-1}), braid::invalid_argument);
+}
+
+// ---- main: skip visibly without a device ----------------------------------------------------------
+
+namespace {
+// doctest options that only print something (--help, --list-test-cases, ...): no device needed.
+bool informational(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    a.erase(0, a.find_first_not_of('-'));
+    if (a.rfind("dt-", 0) == 0) a.erase(0, 3);
+    a = a.substr(0, a.find('='));
+    for (const char* o : {"?", "h", "help", "v", "version", "c", "count", "ltc", "list-test-cases", "lts",
+                          "list-test-suites", "lr", "list-reporters"})
+      if (a == o) return true;
+  }
+  return false;
+}
+} // namespace
+
+int main(int argc, char** argv) {
+  if (informational(argc, argv)) {
+    doctest::Context ctx(argc, argv);
+    return ctx.run();
+  }
+  int devices = 0;
+  const cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess || devices == 0) {
+    const std::size_t tests = doctest::detail::getRegisteredTests().size();
+    std::printf("SKIPPED: no CUDA device (%zu GPU tests not run)\n", tests);
+    if (e != cudaSuccess) std::printf("  cudaGetDeviceCount: %s: %s\n", cudaGetErrorName(e), cudaGetErrorString(e));
+    std::fflush(stdout);
+    return 77;
+  }
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, 0) == cudaSuccess)
+    std::printf("GPU 0 of %d: %s, sm_%d%d, %d SMs, %.1f GiB; test kernels built for CUDA architectures %s\n", devices,
+                p.name, p.major, p.minor, p.multiProcessorCount, static_cast<double>(p.totalGlobalMem) / (1u << 30),
+                BRAID_GPU_TEST_ARCHS);
+  std::string why;
+  if (!gt::kernels_loadable(why)) {
+    std::printf("FAILED: the test kernels cannot run on GPU 0 (%s): rebuild with -DCMAKE_CUDA_ARCHITECTURES=%d%d\n",
+                why.c_str(), p.major, p.minor);
+    return 1;
+  }
+  std::fflush(stdout);
+  doctest::Context ctx(argc, argv);
+  return ctx.run();
+}
