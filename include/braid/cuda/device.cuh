@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../core/error.hpp"
 #include "../core/ops.hpp"
 #include "../core/types.hpp"
 
