@@ -21,8 +21,9 @@
 // `pattern` below), so the comparison is exact, except for avg on floating types, whose final division
 // rounds once: there |got - ref| <= |ref| * 2^-mantissa_bits (one ulp) is accepted.
 //
-// Per-rank results travel to rank 0 through a small shared mapping (created before the ranks start),
-// not through braid itself, so that a broken collective cannot corrupt the verdict about itself.
+// Per-rank results travel to rank 0 through a small shared mapping (created before the ranks start)
+// and the harness waits in its own futex barrier, not through braid, so that a broken collective
+// cannot corrupt the verdict about itself. With -n 0 nothing is timed: a pure correctness sweep.
 //
 // Exit status: 0 all checked values right; 1 some #wrong > 0; 2 bad command line (or a backend that
 // is not built); 3 a braid error was raised (printed on stderr).

@@ -18,7 +18,7 @@ void print_help(const char* argv0) {
       "\n"
       "Times braid's collectives and checks their results; prints nccl-tests' table.\n"
       "\n"
-      "Collective (positional, or -C/--collective NAME; default all_reduce):\n"
+      "Collective (positional, or -C/--collective NAME; a comma list; default all_reduce):\n"
       "  all_reduce all_gather reduce_scatter broadcast reduce sendrecv barrier, or all\n"
       "\n"
       "Flags (lists are comma separated):\n"
@@ -26,7 +26,7 @@ void print_help(const char* argv0) {
       "  -e, --maxbytes N      largest size in bytes                                [1M]\n"
       "  -f, --stepfactor N    multiply the size by N each step                     [2]\n"
       "  -i, --stepbytes N     add N bytes each step instead (when given)\n"
-      "  -n, --iters N         timed calls per size                                 [20]\n"
+      "  -n, --iters N         timed calls per size; 0 = no timing, checks only     [20]\n"
       "  -w, --warmup_iters N  untimed calls before each size                       [5]\n"
       "  -c, --check N         N rounds of result checks after timing, 0 = none     [1]\n"
       "  -d, --datatype T      int8 uint8 int16 uint16 int32 uint32 int64 uint64 half float\n"
@@ -59,7 +59,8 @@ void print_help(const char* argv0) {
       "differ from rank 0's bits where every rank must hold the same result.\n"
       "\n"
       "Exit status: 0 ok; 1 some #wrong > 0; 2 bad command line or backend not built; 3 braid error.\n"
-      "Example: %s all -d all -o all -a all -b 0 -e 64K -n 2 -w 1 -np 4 --backend procs\n",
+      "Correctness sweep (as CTest runs it, label bench-check):\n"
+      "  %s all -d all -o all -a all -c 1 -n 0 -b 0 -e 16807 -f 7 -np 8 --backend procs\n",
       argv0, argv0);
 }
 
