@@ -12,8 +12,9 @@ cmake --build "$build" -j "$(nproc)" --target braid-bench
 bench="$build/bench/braid-bench"
 status=0
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  echo "# GPU present: $(nvidia-smi -L | head -1)"
-  "$bench" all -a all -d float -c 1 -b 8 -e 64M -f 4 -np 2 --backend cuda || status=$?
+  # braid-bench has no CUDA backend yet (it exits 2): the GPU checks are bench/gpu-check.sh.
+  echo "# GPU present: $(nvidia-smi -L | head -1); braid-bench --backend cuda is not implemented yet,"
+  echo "# run bench/gpu-check.sh for the GPU tests. Running the CPU benchmark."
 fi
 for backend in threads procs; do
   for np in 2 4 8; do
