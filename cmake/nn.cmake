@@ -1,0 +1,25 @@
+# braid::nn — the training layer (include/braid/nn). Header-only like the rest, but it needs a CBLAS
+# (Debian: libopenblas-dev) for the CPU matrix products and zlib (zlib1g-dev) for the gzipped
+# Fashion-MNIST files. The target exists only when both are found; BRAID_HAVE_NN says whether it does.
+# Not part of the installed package yet.
+set(BRAID_HAVE_NN OFF)
+if(NOT DEFINED BLA_VENDOR)
+  set(BLA_VENDOR OpenBLAS)
+  find_package(BLAS QUIET)
+  unset(BLA_VENDOR)
+endif()
+if(NOT BLAS_FOUND)
+  find_package(BLAS QUIET)
+endif()
+find_package(ZLIB QUIET)
+find_path(BRAID_CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas)
+if(BLAS_FOUND AND ZLIB_FOUND AND BRAID_CBLAS_INCLUDE_DIR)
+  add_library(braid_nn INTERFACE)
+  add_library(braid::nn ALIAS braid_nn)
+  target_include_directories(braid_nn INTERFACE ${BRAID_CBLAS_INCLUDE_DIR})
+  target_link_libraries(braid_nn INTERFACE braid::braid BLAS::BLAS ZLIB::ZLIB)
+  set(BRAID_HAVE_NN ON)
+  message(STATUS "braid: nn ON (BLAS: ${BLAS_LIBRARIES}; cblas.h in ${BRAID_CBLAS_INCLUDE_DIR})")
+else()
+  message(STATUS "braid: nn OFF (needs a CBLAS and zlib: apt-get install libopenblas-dev zlib1g-dev)")
+endif()

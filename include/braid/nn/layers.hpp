@@ -1,0 +1,645 @@
+// braid/nn/layers.hpp — layers with explicit forward and backward (no autograd engine), on the CPU.
+//
+// Every layer is a module<T> for T = float or double (double is what the gradient checks use). The
+// contract of a module:
+//   y  = forward(x)    keeps what backward needs (the input, masks, batch statistics);
+//   dx = backward(dy)  for the last forward's x: returns dL/dx and ADDS dL/dparam into each
+//                      parameter's grad (so gradients accumulate until zero_grad()); when a layer's
+//                      parameter gradients are final for this backward it calls the grad hook (DDP uses
+//                      it to start reducing a bucket while backward goes on).
+// Tensors are NCHW (images) or NF (features), row-major. Convolutions and linear layers go through
+// im2col and BLAS gemm; nothing calls a virtual function per element.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "blas.hpp"
+#include "tensor.hpp"
+
+namespace braid::nn {
+
+// A learnable tensor and its gradient (same shape and type).
+struct parameter {
+  std::string name;
+  tensor value;
+  tensor grad;
+};
+
+// Called once per parameter per backward, when that parameter's gradient is final.
+using grad_hook = std::function<void(parameter&)>;
+
+template <class T> class module {
+public:
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "modules compute in float or double");
+  using scalar = T;
+  virtual ~module() = default;
+  virtual tensor forward(const tensor& x) = 0;
+  virtual tensor backward(const tensor& dy) = 0;
+  // Appends this module's parameters and buffers (BatchNorm running statistics), in a fixed order.
+  virtual void collect(std::vector<parameter*>& params, std::vector<tensor*>& buffers) {
+    (void)params;
+    (void)buffers;
+  }
+  virtual void set_training(bool on) { training_ = on; }
+  virtual void set_grad_hook(grad_hook* h) { hook_ = h; }
+  bool training() const noexcept { return training_; }
+
+  std::vector<parameter*> parameters() {
+    std::vector<parameter*> p;
+    std::vector<tensor*> b;
+    collect(p, b);
+    return p;
+  }
+  std::vector<tensor*> buffers() {
+    std::vector<parameter*> p;
+    std::vector<tensor*> b;
+    collect(p, b);
+    return b;
+  }
+  void zero_grad() {
+    for (parameter* p : parameters()) p->grad.zero();
+  }
+
+protected:
+  void grads_ready(parameter& p) {
+    if (hook_ && *hook_) (*hook_)(p);
+  }
+  bool training_ = true;
+  grad_hook* hook_ = nullptr;
+};
+
+namespace detail {
+inline void require(bool ok, const std::string& what) {
+  if (!ok) raise(errc::invalid_argument, what);
+}
+template <class T> parameter make_param(std::string name, shape_t s) {
+  parameter p{std::move(name), tensor(s, dtype_of_v<T>), tensor::zeros(s, dtype_of_v<T>)};
+  p.value.zero();
+  return p;
+}
+// Kaiming-uniform-like initialisation: U(-b, b), b = sqrt(6 / fan_in) * gain / sqrt(2).
+template <class T> void init_uniform(tensor& t, double bound, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> u(-bound, bound);
+  T* p = t.data<T>();
+  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = T(u(rng));
+}
+} // namespace detail
+
+// y[n,o,:,:] = sum_c w[o,c] * x[n,c] (k x k window, stride s, zero padding p) + b[o]
+template <class T> class conv2d : public module<T> {
+public:
+  conv2d(int in_ch, int out_ch, int k, int stride, int pad, bool bias, std::mt19937_64& rng)
+      : c_(in_ch), o_(out_ch), k_(k), s_(stride), p_(pad), has_bias_(bias) {
+    detail::require(in_ch > 0 && out_ch > 0 && k > 0 && stride > 0 && pad >= 0, "conv2d: bad geometry");
+    w_ = detail::make_param<T>("conv.weight", {out_ch, in_ch, k, k});
+    detail::init_uniform<T>(w_.value, std::sqrt(6.0 / double(in_ch * k * k)), rng);
+    if (bias) b_ = detail::make_param<T>("conv.bias", {out_ch});
+  }
+  tensor forward(const tensor& x) override {
+    detail::require(x.shape().rank() == 4 && x.dim(1) == c_, "conv2d: input " + x.shape().str());
+    x_ = x;
+    const int n = int(x.dim(0)), h = int(x.dim(2)), w = int(x.dim(3));
+    ho_ = (h + 2 * p_ - k_) / s_ + 1;
+    wo_ = (w + 2 * p_ - k_) / s_ + 1;
+    detail::require(ho_ > 0 && wo_ > 0, "conv2d: input smaller than the kernel");
+    tensor y({n, o_, ho_, wo_}, dtype_of_v<T>);
+    const int ck = c_ * k_ * k_, hw = ho_ * wo_;
+    tensor col({ck, hw}, dtype_of_v<T>);
+    const T* xp = x.data<T>();
+    T* yp = y.data<T>();
+    for (int i = 0; i < n; ++i) {
+      im2col(xp + std::int64_t(i) * c_ * h * w, h, w, col.data<T>());
+      blas::gemm(false, false, o_, hw, ck, T(1), w_.value.data<T>(), ck, col.data<T>(), hw, T(0),
+                 yp + std::int64_t(i) * o_ * hw, hw);
+      if (has_bias_) {
+        const T* b = b_.value.data<T>();
+        for (int oc = 0; oc < o_; ++oc) {
+          T* row = yp + (std::int64_t(i) * o_ + oc) * hw;
+          for (int j = 0; j < hw; ++j) row[j] += b[oc];
+        }
+      }
+    }
+    return y;
+  }
+  tensor backward(const tensor& dy) override {
+    const int n = int(x_.dim(0)), h = int(x_.dim(2)), w = int(x_.dim(3));
+    const int ck = c_ * k_ * k_, hw = ho_ * wo_;
+    detail::require(dy.numel() == std::int64_t(n) * o_ * hw, "conv2d: gradient " + dy.shape().str());
+    tensor dx = tensor::zeros(x_.shape(), dtype_of_v<T>);
+    tensor col({ck, hw}, dtype_of_v<T>);
+    const T* xp = x_.data<T>();
+    const T* dyp = dy.data<T>();
+    T* dxp = dx.data<T>();
+    T* dw = w_.grad.data<T>();
+    for (int i = 0; i < n; ++i) {
+      const T* dyi = dyp + std::int64_t(i) * o_ * hw;
+      im2col(xp + std::int64_t(i) * c_ * h * w, h, w, col.data<T>());
+      blas::gemm(false, true, o_, ck, hw, T(1), dyi, hw, col.data<T>(), hw, T(1), dw, ck); // dW += dy col^T
+      blas::gemm(true, false, ck, hw, o_, T(1), w_.value.data<T>(), ck, dyi, hw, T(0), col.data<T>(), hw);
+      col2im(col.data<T>(), h, w, dxp + std::int64_t(i) * c_ * h * w);
+      if (has_bias_) {
+        T* db = b_.grad.data<T>();
+        for (int oc = 0; oc < o_; ++oc) {
+          T s = 0;
+          for (int j = 0; j < hw; ++j) s += dyi[std::int64_t(oc) * hw + j];
+          db[oc] += s;
+        }
+      }
+    }
+    this->grads_ready(w_);
+    if (has_bias_) this->grads_ready(b_);
+    x_ = tensor();
+    return dx;
+  }
+  void collect(std::vector<parameter*>& params, std::vector<tensor*>&) override {
+    params.push_back(&w_);
+    if (has_bias_) params.push_back(&b_);
+  }
+  parameter& weight() { return w_; }
+
+private:
+  // col[(c*k + ki)*k + kj][oy*wo + ox] = x[c][oy*s - p + ki][ox*s - p + kj] (0 outside)
+  void im2col(const T* x, int h, int w, T* col) const {
+    for (int c = 0; c < c_; ++c)
+      for (int ki = 0; ki < k_; ++ki)
+        for (int kj = 0; kj < k_; ++kj) {
+          T* row = col + (std::int64_t(c * k_ + ki) * k_ + kj) * ho_ * wo_;
+          for (int oy = 0; oy < ho_; ++oy) {
+            const int iy = oy * s_ - p_ + ki;
+            T* r = row + oy * wo_;
+            if (iy < 0 || iy >= h) {
+              std::fill(r, r + wo_, T(0));
+              continue;
+            }
+            const T* xr = x + (std::int64_t(c) * h + iy) * w;
+            for (int ox = 0; ox < wo_; ++ox) {
+              const int ix = ox * s_ - p_ + kj;
+              r[ox] = (ix >= 0 && ix < w) ? xr[ix] : T(0);
+            }
+          }
+        }
+  }
+  void col2im(const T* col, int h, int w, T* dx) const {
+    for (int c = 0; c < c_; ++c)
+      for (int ki = 0; ki < k_; ++ki)
+        for (int kj = 0; kj < k_; ++kj) {
+          const T* row = col + (std::int64_t(c * k_ + ki) * k_ + kj) * ho_ * wo_;
+          for (int oy = 0; oy < ho_; ++oy) {
+            const int iy = oy * s_ - p_ + ki;
+            if (iy < 0 || iy >= h) continue;
+            T* xr = dx + (std::int64_t(c) * h + iy) * w;
+            const T* r = row + oy * wo_;
+            for (int ox = 0; ox < wo_; ++ox) {
+              const int ix = ox * s_ - p_ + kj;
+              if (ix >= 0 && ix < w) xr[ix] += r[ox];
+            }
+          }
+        }
+  }
+  int c_, o_, k_, s_, p_;
+  bool has_bias_;
+  int ho_ = 0, wo_ = 0;
+  parameter w_, b_;
+  tensor x_;
+};
+
+// Per-channel normalisation over (N, H, W). Training: batch mean and biased variance normalise, and
+// the running statistics move by `momentum` toward the batch mean and the unbiased variance (as
+// PyTorch does). Evaluation: the running statistics normalise and backward is the affine map.
+template <class T> class batchnorm2d : public module<T> {
+public:
+  explicit batchnorm2d(int ch, double momentum = 0.1, double eps = 1e-5) : c_(ch), mom_(momentum), eps_(eps) {
+    gamma_ = detail::make_param<T>("bn.weight", {ch});
+    beta_ = detail::make_param<T>("bn.bias", {ch});
+    gamma_.value.fill<T>(T(1));
+    mean_ = tensor::zeros({ch}, dtype_of_v<T>);
+    var_ = tensor({ch}, dtype_of_v<T>);
+    var_.fill<T>(T(1));
+  }
+  tensor forward(const tensor& x) override {
+    detail::require(x.shape().rank() == 4 && x.dim(1) == c_, "batchnorm2d: input " + x.shape().str());
+    const std::int64_t n = x.dim(0), hw = x.dim(2) * x.dim(3), m = n * hw;
+    tensor y(x.shape(), dtype_of_v<T>);
+    xhat_ = tensor(x.shape(), dtype_of_v<T>);
+    invstd_ = tensor({c_}, dtype_of_v<T>);
+    const T* xp = x.data<T>();
+    T* yp = y.data<T>();
+    T* xh = xhat_.data<T>();
+    const T* g = gamma_.value.data<T>();
+    const T* b = beta_.value.data<T>();
+    T* rm = mean_.data<T>();
+    T* rv = var_.data<T>();
+    T* is = invstd_.data<T>();
+    for (int c = 0; c < c_; ++c) {
+      double mean, var;
+      if (this->training_) {
+        double s = 0, s2 = 0;
+        for (std::int64_t i = 0; i < n; ++i) {
+          const T* p = xp + (i * c_ + c) * hw;
+          for (std::int64_t j = 0; j < hw; ++j) s += double(p[j]);
+        }
+        mean = s / double(m);
+        for (std::int64_t i = 0; i < n; ++i) {
+          const T* p = xp + (i * c_ + c) * hw;
+          for (std::int64_t j = 0; j < hw; ++j) s2 += (double(p[j]) - mean) * (double(p[j]) - mean);
+        }
+        var = s2 / double(m);
+        rm[c] = T((1 - mom_) * double(rm[c]) + mom_ * mean);
+        rv[c] = T((1 - mom_) * double(rv[c]) + mom_ * (m > 1 ? s2 / double(m - 1) : var));
+      } else {
+        mean = double(rm[c]);
+        var = double(rv[c]);
+      }
+      const T inv = T(1.0 / std::sqrt(var + eps_));
+      is[c] = inv;
+      const T mu = T(mean);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t off = (i * c_ + c) * hw;
+        for (std::int64_t j = 0; j < hw; ++j) {
+          const T h = (xp[off + j] - mu) * inv;
+          xh[off + j] = h;
+          yp[off + j] = g[c] * h + b[c];
+        }
+      }
+    }
+    return y;
+  }
+  tensor backward(const tensor& dy) override {
+    const shape_t& s = xhat_.shape();
+    detail::require(dy.shape() == s, "batchnorm2d: gradient " + dy.shape().str());
+    const std::int64_t n = s[0], hw = s[2] * s[3], m = n * hw;
+    tensor dx(s, dtype_of_v<T>);
+    const T* d = dy.data<T>();
+    const T* xh = xhat_.data<T>();
+    T* dxp = dx.data<T>();
+    const T* g = gamma_.value.data<T>();
+    T* dg = gamma_.grad.data<T>();
+    T* db = beta_.grad.data<T>();
+    const T* is = invstd_.data<T>();
+    for (int c = 0; c < c_; ++c) {
+      double sd = 0, sdx = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t off = (i * c_ + c) * hw;
+        for (std::int64_t j = 0; j < hw; ++j) {
+          sd += double(d[off + j]);
+          sdx += double(d[off + j]) * double(xh[off + j]);
+        }
+      }
+      dg[c] += T(sdx);
+      db[c] += T(sd);
+      const T k = g[c] * is[c];
+      if (this->training_) {
+        // dx = gamma*invstd/m * (m*dy - sum(dy) - xhat*sum(dy*xhat))
+        const T a = T(sd / double(m)), bq = T(sdx / double(m));
+        for (std::int64_t i = 0; i < n; ++i) {
+          const std::int64_t off = (i * c_ + c) * hw;
+          for (std::int64_t j = 0; j < hw; ++j) dxp[off + j] = k * (d[off + j] - a - xh[off + j] * bq);
+        }
+      } else {
+        for (std::int64_t i = 0; i < n; ++i) {
+          const std::int64_t off = (i * c_ + c) * hw;
+          for (std::int64_t j = 0; j < hw; ++j) dxp[off + j] = k * d[off + j];
+        }
+      }
+    }
+    this->grads_ready(gamma_);
+    this->grads_ready(beta_);
+    xhat_ = tensor();
+    return dx;
+  }
+  void collect(std::vector<parameter*>& params, std::vector<tensor*>& buffers) override {
+    params.push_back(&gamma_);
+    params.push_back(&beta_);
+    buffers.push_back(&mean_);
+    buffers.push_back(&var_);
+  }
+  tensor& running_mean() { return mean_; }
+  tensor& running_var() { return var_; }
+
+private:
+  int c_;
+  double mom_, eps_;
+  parameter gamma_, beta_;
+  tensor mean_, var_, xhat_, invstd_;
+};
+
+template <class T> class relu : public module<T> {
+public:
+  tensor forward(const tensor& x) override {
+    y_ = tensor(x.shape(), dtype_of_v<T>);
+    const T* a = x.data<T>();
+    T* b = y_.data<T>();
+    for (std::int64_t i = 0; i < x.numel(); ++i) b[i] = a[i] > T(0) ? a[i] : T(0);
+    return y_;
+  }
+  tensor backward(const tensor& dy) override {
+    detail::require(dy.shape() == y_.shape(), "relu: gradient " + dy.shape().str());
+    tensor dx(dy.shape(), dtype_of_v<T>);
+    const T* y = y_.data<T>();
+    const T* d = dy.data<T>();
+    T* o = dx.data<T>();
+    for (std::int64_t i = 0; i < dy.numel(); ++i) o[i] = y[i] > T(0) ? d[i] : T(0);
+    y_ = tensor();
+    return dx;
+  }
+
+private:
+  tensor y_;
+};
+
+// Residual add: out = a + b (same shape). Backward of a sum passes dy to both branches.
+template <class T> tensor add(const tensor& a, const tensor& b) {
+  detail::require(a.shape() == b.shape(), "add: " + a.shape().str() + " vs " + b.shape().str());
+  tensor y(a.shape(), dtype_of_v<T>);
+  const T* p = a.data<T>();
+  const T* q = b.data<T>();
+  T* r = y.data<T>();
+  for (std::int64_t i = 0; i < a.numel(); ++i) r[i] = p[i] + q[i];
+  return y;
+}
+
+// Max or average pooling over k x k windows with stride s (no padding; a partial window at the edge
+// is dropped).
+template <class T, bool Max> class pool2d : public module<T> {
+public:
+  pool2d(int k, int stride) : k_(k), s_(stride) { detail::require(k > 0 && stride > 0, "pool2d: bad geometry"); }
+  tensor forward(const tensor& x) override {
+    detail::require(x.shape().rank() == 4, "pool2d: input " + x.shape().str());
+    in_ = x.shape();
+    const std::int64_t nc = x.dim(0) * x.dim(1);
+    const int h = int(x.dim(2)), w = int(x.dim(3));
+    const int ho = (h - k_) / s_ + 1, wo = (w - k_) / s_ + 1;
+    detail::require(ho > 0 && wo > 0, "pool2d: input smaller than the window");
+    tensor y({x.dim(0), x.dim(1), ho, wo}, dtype_of_v<T>);
+    if (Max) arg_ = std::vector<std::int32_t>(std::size_t(y.numel()));
+    const T* xp = x.data<T>();
+    T* yp = y.data<T>();
+    for (std::int64_t p = 0; p < nc; ++p) {
+      const T* xi = xp + p * h * w;
+      for (int oy = 0; oy < ho; ++oy)
+        for (int ox = 0; ox < wo; ++ox) {
+          const std::int64_t o = (p * ho + oy) * wo + ox;
+          if constexpr (Max) {
+            int best = (oy * s_) * w + ox * s_;
+            for (int i = 0; i < k_; ++i)
+              for (int j = 0; j < k_; ++j) {
+                const int at = (oy * s_ + i) * w + ox * s_ + j;
+                if (xi[at] > xi[best]) best = at;
+              }
+            yp[o] = xi[best];
+            arg_[std::size_t(o)] = best;
+          } else {
+            T sum = 0;
+            for (int i = 0; i < k_; ++i)
+              for (int j = 0; j < k_; ++j) sum += xi[(oy * s_ + i) * w + ox * s_ + j];
+            yp[o] = sum / T(k_ * k_);
+          }
+        }
+    }
+    return y;
+  }
+  tensor backward(const tensor& dy) override {
+    tensor dx = tensor::zeros(in_, dtype_of_v<T>);
+    const std::int64_t nc = in_[0] * in_[1];
+    const int h = int(in_[2]), w = int(in_[3]);
+    const int ho = int(dy.dim(2)), wo = int(dy.dim(3));
+    const T* d = dy.data<T>();
+    T* dxp = dx.data<T>();
+    for (std::int64_t p = 0; p < nc; ++p) {
+      T* xi = dxp + p * h * w;
+      for (int oy = 0; oy < ho; ++oy)
+        for (int ox = 0; ox < wo; ++ox) {
+          const std::int64_t o = (p * ho + oy) * wo + ox;
+          if constexpr (Max) {
+            xi[arg_[std::size_t(o)]] += d[o];
+          } else {
+            const T g = d[o] / T(k_ * k_);
+            for (int i = 0; i < k_; ++i)
+              for (int j = 0; j < k_; ++j) xi[(oy * s_ + i) * w + ox * s_ + j] += g;
+          }
+        }
+    }
+    return dx;
+  }
+
+private:
+  int k_, s_;
+  shape_t in_;
+  std::vector<std::int32_t> arg_;
+};
+template <class T> using maxpool2d = pool2d<T, true>;
+template <class T> using avgpool2d = pool2d<T, false>;
+
+// [N, C, H, W] -> [N, C]: the mean over each channel's H x W.
+template <class T> class global_avgpool : public module<T> {
+public:
+  tensor forward(const tensor& x) override {
+    detail::require(x.shape().rank() == 4, "global_avgpool: input " + x.shape().str());
+    in_ = x.shape();
+    const std::int64_t nc = x.dim(0) * x.dim(1), hw = x.dim(2) * x.dim(3);
+    tensor y({x.dim(0), x.dim(1)}, dtype_of_v<T>);
+    const T* xp = x.data<T>();
+    T* yp = y.data<T>();
+    for (std::int64_t p = 0; p < nc; ++p) {
+      T s = 0;
+      for (std::int64_t j = 0; j < hw; ++j) s += xp[p * hw + j];
+      yp[p] = s / T(hw);
+    }
+    return y;
+  }
+  tensor backward(const tensor& dy) override {
+    tensor dx(in_, dtype_of_v<T>);
+    const std::int64_t nc = in_[0] * in_[1], hw = in_[2] * in_[3];
+    const T* d = dy.data<T>();
+    T* o = dx.data<T>();
+    for (std::int64_t p = 0; p < nc; ++p) {
+      const T g = d[p] / T(hw);
+      for (std::int64_t j = 0; j < hw; ++j) o[p * hw + j] = g;
+    }
+    return dx;
+  }
+
+private:
+  shape_t in_;
+};
+
+// [N, ...] -> [N, prod(...)]; shares memory.
+template <class T> class flatten : public module<T> {
+public:
+  tensor forward(const tensor& x) override {
+    in_ = x.shape();
+    return x.reshape({x.dim(0), x.numel() / std::max<std::int64_t>(x.dim(0), 1)});
+  }
+  tensor backward(const tensor& dy) override { return dy.reshape(in_); }
+
+private:
+  shape_t in_;
+};
+
+// y = x W^T + b; x: [N, in], W: [out, in], b: [out].
+template <class T> class linear : public module<T> {
+public:
+  linear(int in, int out, std::mt19937_64& rng) : in_(in), out_(out) {
+    w_ = detail::make_param<T>("linear.weight", {out, in});
+    b_ = detail::make_param<T>("linear.bias", {out});
+    detail::init_uniform<T>(w_.value, 1.0 / std::sqrt(double(in)), rng);
+    detail::init_uniform<T>(b_.value, 1.0 / std::sqrt(double(in)), rng);
+  }
+  tensor forward(const tensor& x) override {
+    detail::require(x.shape().rank() == 2 && x.dim(1) == in_, "linear: input " + x.shape().str());
+    x_ = x;
+    const int n = int(x.dim(0));
+    tensor y({n, out_}, dtype_of_v<T>);
+    T* yp = y.data<T>();
+    const T* b = b_.value.data<T>();
+    for (int i = 0; i < n; ++i) std::copy(b, b + out_, yp + std::int64_t(i) * out_);
+    blas::gemm(false, true, n, out_, in_, T(1), x.data<T>(), in_, w_.value.data<T>(), in_, T(1), yp, out_);
+    return y;
+  }
+  tensor backward(const tensor& dy) override {
+    const int n = int(x_.dim(0));
+    detail::require(dy.shape() == shape_t({n, out_}), "linear: gradient " + dy.shape().str());
+    tensor dx({n, in_}, dtype_of_v<T>);
+    const T* d = dy.data<T>();
+    blas::gemm(true, false, out_, in_, n, T(1), d, out_, x_.data<T>(), in_, T(1), w_.grad.data<T>(), in_);
+    T* db = b_.grad.data<T>();
+    for (int i = 0; i < n; ++i)
+      for (int o = 0; o < out_; ++o) db[o] += d[std::int64_t(i) * out_ + o];
+    this->grads_ready(w_);
+    this->grads_ready(b_);
+    blas::gemm(false, false, n, in_, out_, T(1), d, out_, w_.value.data<T>(), in_, T(0), dx.data<T>(), in_);
+    x_ = tensor();
+    return dx;
+  }
+  void collect(std::vector<parameter*>& params, std::vector<tensor*>&) override {
+    params.push_back(&w_);
+    params.push_back(&b_);
+  }
+
+private:
+  int in_, out_;
+  parameter w_, b_;
+  tensor x_;
+};
+
+// Runs its children in order; backward in reverse order.
+template <class T> class sequential : public module<T> {
+public:
+  template <class M, class... A> M& add(A&&... args) {
+    auto m = std::make_unique<M>(std::forward<A>(args)...);
+    M& ref = *m;
+    m->set_training(this->training_);
+    m->set_grad_hook(this->hook_);
+    children_.push_back(std::move(m));
+    return ref;
+  }
+  tensor forward(const tensor& x) override {
+    tensor h = x;
+    for (auto& m : children_) h = m->forward(h);
+    return h;
+  }
+  tensor backward(const tensor& dy) override {
+    tensor d = dy;
+    for (auto it = children_.rbegin(); it != children_.rend(); ++it) d = (*it)->backward(d);
+    return d;
+  }
+  void collect(std::vector<parameter*>& params, std::vector<tensor*>& buffers) override {
+    for (auto& m : children_) m->collect(params, buffers);
+  }
+  void set_training(bool on) override {
+    this->training_ = on;
+    for (auto& m : children_) m->set_training(on);
+  }
+  void set_grad_hook(grad_hook* h) override {
+    this->hook_ = h;
+    for (auto& m : children_) m->set_grad_hook(h);
+  }
+  std::size_t size() const { return children_.size(); }
+
+private:
+  std::vector<std::unique_ptr<module<T>>> children_;
+};
+
+// ResNet basic block: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), 3x3 convolutions; the
+// shortcut is the identity, or a strided 1x1 convolution with BatchNorm when the shape changes.
+template <class T> class basic_block : public module<T> {
+public:
+  basic_block(int in_ch, int out_ch, int stride, std::mt19937_64& rng) {
+    main_.template add<conv2d<T>>(in_ch, out_ch, 3, stride, 1, false, rng);
+    main_.template add<batchnorm2d<T>>(out_ch);
+    main_.template add<relu<T>>();
+    main_.template add<conv2d<T>>(out_ch, out_ch, 3, 1, 1, false, rng);
+    main_.template add<batchnorm2d<T>>(out_ch);
+    if (stride != 1 || in_ch != out_ch) {
+      shortcut_ = std::make_unique<sequential<T>>();
+      shortcut_->template add<conv2d<T>>(in_ch, out_ch, 1, stride, 0, false, rng);
+      shortcut_->template add<batchnorm2d<T>>(out_ch);
+    }
+  }
+  tensor forward(const tensor& x) override {
+    tensor a = main_.forward(x);
+    tensor b = shortcut_ ? shortcut_->forward(x) : x;
+    return out_.forward(add<T>(a, b));
+  }
+  tensor backward(const tensor& dy) override {
+    tensor d = out_.backward(dy);
+    tensor dx = main_.backward(d);
+    tensor ds = shortcut_ ? shortcut_->backward(d) : d;
+    T* p = dx.data<T>();
+    const T* q = ds.data<T>();
+    for (std::int64_t i = 0; i < dx.numel(); ++i) p[i] += q[i];
+    return dx;
+  }
+  void collect(std::vector<parameter*>& params, std::vector<tensor*>& buffers) override {
+    main_.collect(params, buffers);
+    if (shortcut_) shortcut_->collect(params, buffers);
+  }
+  void set_training(bool on) override {
+    this->training_ = on;
+    main_.set_training(on);
+    if (shortcut_) shortcut_->set_training(on);
+  }
+  void set_grad_hook(grad_hook* h) override {
+    this->hook_ = h;
+    main_.set_grad_hook(h);
+    if (shortcut_) shortcut_->set_grad_hook(h);
+  }
+
+private:
+  sequential<T> main_;
+  std::unique_ptr<sequential<T>> shortcut_;
+  relu<T> out_;
+};
+
+// ResNet for 1-channel images (CIFAR-style ResNet-(6n+2)): conv3x3(16)-BN-ReLU, three stages of n
+// basic blocks with 16, 32, 64 channels (the 2nd and 3rd start with stride 2), global average
+// pooling, linear to `classes`. n = 3 is ResNet-20. `width` scales the channel counts (16*width...).
+template <class T> std::unique_ptr<sequential<T>> resnet(int n, int classes, std::mt19937_64& rng,
+                                                         int in_ch = 1, int width = 16) {
+  auto net = std::make_unique<sequential<T>>();
+  net->template add<conv2d<T>>(in_ch, width, 3, 1, 1, false, rng);
+  net->template add<batchnorm2d<T>>(width);
+  net->template add<relu<T>>();
+  int ch = width;
+  for (int stage = 0; stage < 3; ++stage) {
+    const int out = width << stage;
+    for (int b = 0; b < n; ++b) {
+      net->template add<basic_block<T>>(ch, out, (stage > 0 && b == 0) ? 2 : 1, rng);
+      ch = out;
+    }
+  }
+  net->template add<global_avgpool<T>>();
+  net->template add<linear<T>>(ch, classes, rng);
+  return net;
+}
+
+} // namespace braid::nn
