@@ -6,7 +6,8 @@
 //   dx = backward(dy)  for the last forward's x: returns dL/dx and ADDS dL/dparam into each
 //                      parameter's grad (so gradients accumulate until zero_grad()); when a layer's
 //                      parameter gradients are final for this backward it calls the grad hook (DDP uses
-//                      it to start reducing a bucket while backward goes on).
+//                      it to start reducing a bucket while backward goes on), in the reverse of the
+//                      order collect() lists them.
 // Tensors are NCHW (images) or NF (features), row-major. Convolutions and linear layers go through
 // im2col and BLAS gemm; nothing calls a virtual function per element.
 #pragma once
@@ -155,8 +156,8 @@ public:
         }
       }
     }
+    if (has_bias_) this->grads_ready(b_); // reverse registration order, as DDP's buckets
     this->grads_ready(w_);
-    if (has_bias_) this->grads_ready(b_);
     x_ = tensor();
     return dx;
   }
@@ -311,8 +312,8 @@ public:
         }
       }
     }
-    this->grads_ready(gamma_);
     this->grads_ready(beta_);
+    this->grads_ready(gamma_);
     xhat_ = tensor();
     return dx;
   }
@@ -514,8 +515,8 @@ public:
     T* db = b_.grad.data<T>();
     for (int i = 0; i < n; ++i)
       for (int o = 0; o < out_; ++o) db[o] += d[std::int64_t(i) * out_ + o];
-    this->grads_ready(w_);
     this->grads_ready(b_);
+    this->grads_ready(w_);
     blas::gemm(false, false, n, in_, out_, T(1), d, out_, w_.value.data<T>(), in_, T(0), dx.data<T>(), in_);
     x_ = tensor();
     return dx;
