@@ -47,6 +47,7 @@
 #include "../transport/host/segment.hpp"
 #include "options.hpp"
 #include "tuning.hpp"
+#include "validate.hpp"
 
 namespace braid {
 
@@ -205,7 +206,7 @@ public:
     impl& p = enter(g.p, "sendrecv");
     check_p2p<T>(p, send_data, send_count, send_peer, "sendrecv (send side)");
     check_p2p<T>(p, recv_data, recv_count, recv_peer, "sendrecv (recv side)");
-    if (send_count && recv_count && overlap(send_data, send_count * sizeof(T), recv_data, recv_count * sizeof(T)))
+    if (send_count && recv_count && detail::overlaps(send_data, send_count * sizeof(T), recv_data, recv_count * sizeof(T)))
       raise(errc::invalid_argument, "sendrecv: send and receive buffers overlap", p.cx.ctx);
     guarded(p, [&] {
       do_sendrecv(p, send_data, send_count * sizeof(T), send_peer, recv_data, recv_count * sizeof(T), recv_peer);
@@ -399,17 +400,6 @@ private:
     raise(errc::invalid_argument, std::string(what) + ": " + msg, error_context{live().cx.rank, what, 0, -1});
   }
 
-  static bool overlap(const void* a, std::size_t an, const void* b, std::size_t bn) {
-    const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
-    return x < y + bn && y < x + an;
-  }
-
-  template <class T> static void check_ptr(const impl& p, const void* ptr, const char* which) {
-    if (!ptr) raise(errc::invalid_argument, std::string(which) + " is null", p.cx.ctx);
-    if (reinterpret_cast<std::uintptr_t>(ptr) % alignof(T))
-      raise(errc::invalid_argument, std::string(which) + " is not aligned to alignof(T) = " + std::to_string(alignof(T)), p.cx.ctx);
-  }
-
   template <class T> void check_p2p(impl& p, const void* data, std::size_t count, int peer, const char* what) {
     if (peer < 0 || peer >= p.cx.nranks)
       raise(errc::invalid_argument, std::string(what) + ": peer " + std::to_string(peer) + " out of range [0, " +
@@ -417,7 +407,7 @@ private:
     if (peer == p.cx.rank) raise(errc::invalid_argument, std::string(what) + ": peer is this rank itself", p.cx.ctx);
     if (count > static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(T))
       raise(errc::invalid_argument, std::string(what) + ": count * sizeof(T) overflows", p.cx.ctx);
-    if (count) check_ptr<T>(p, data, "buffer");
+    if (count) detail::check_buffer<T>(data, "buffer", p.cx.ctx);
   }
 
   template <collective c, class T, class Op>
@@ -425,40 +415,13 @@ private:
     busy_guard g(live());
     impl& p = enter(g.p, std::string_view(name(c)).data());
     const int n = p.cx.nranks, r = p.cx.rank;
-    const std::size_t blocks = schedule::blocked(c) ? static_cast<std::size_t>(n) : 1;
     // ---- validation: nothing is touched before all of it passed ----
-    if (count > static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(T) / blocks)
-      raise(errc::invalid_argument, "count " + std::to_string(count) + " * sizeof(T) overflows", p.cx.ctx);
-    if ((c == collective::broadcast || c == collective::reduce) && (root < 0 || root >= n))
-      raise(errc::invalid_argument, "root " + std::to_string(root) + " out of range [0, " + std::to_string(n) + ")", p.cx.ctx);
-    if (co.algorithm != algo::automatic && !supports(co.algorithm, c))
-      raise(errc::unsupported, std::string("algorithm ") + std::string(name(co.algorithm)) + " does not implement " +
-                                   std::string(name(c)), p.cx.ctx);
-    const bool reads_in = c != collective::broadcast || r == root;
-    const bool writes_out = c != collective::reduce || r == root;
-    const std::size_t in_n = c == collective::reduce_scatter ? count * blocks : count;
-    const std::size_t out_n = c == collective::all_gather ? count * blocks : count;
-    if (count) {
-      if (reads_in) check_ptr<T>(p, in, "input buffer");
-      if (writes_out) check_ptr<T>(p, out, "output buffer");
-    }
-    bool in_place = false;
-    if (count && reads_in && writes_out && overlap(in, in_n * sizeof(T), out, out_n * sizeof(T))) {
-      const T* allowed = c == collective::reduce_scatter ? in + static_cast<std::size_t>(r) * count
-                                                         : (c == collective::all_gather ? out + static_cast<std::size_t>(r) * count : in);
-      const T* given = c == collective::all_gather ? in : out;
-      if (given != allowed)
-        raise(errc::invalid_argument,
-              "input and output overlap but are not the in-place form (" +
-                  std::string(c == collective::reduce_scatter ? "out == in + rank * count"
-                              : c == collective::all_gather   ? "in == out + rank * count"
-                                                              : "in == out") + ")",
-              p.cx.ctx);
-      in_place = true;
-    }
+    const detail::call_shape sh = detail::validate_call<c, T>(in, out, count, root, n, r, co.algorithm, p.cx.ctx);
+    const bool reads_in = sh.reads_in, writes_out = sh.writes_out, in_place = sh.in_place;
+    const std::size_t in_n = sh.in_n, out_n = sh.out_n;
     if (count == 0) return;
     const algo a = algorithm_for(c, static_cast<std::uint64_t>(in_n) * sizeof(T), co.algorithm);
-    if (!supports(a, c)) raise(errc::unsupported, std::string("algorithm ") + std::string(name(a)) + " does not implement " + std::string(name(c)), p.cx.ctx);
+    if (!supports(a, c)) detail::raise_unsupported_algorithm(a, c, p.cx.ctx);
     bool fits = true;
     schedule::with_supported_schedule<c>(a, [&](auto s) { fits = host::per_round<decltype(s), T>(p.cx, c) > 0; });
     if (!fits)

@@ -27,6 +27,7 @@
 
 #include "../comm/options.hpp"
 #include "../comm/tuning.hpp"
+#include "../comm/validate.hpp"
 #include "../core/error.hpp"
 #include "../core/ops.hpp"
 #include "../core/types.hpp"
@@ -167,28 +168,10 @@ private:
     const int n = g.nranks, r = rank_;
     error_context ctx{r, std::string_view(name(c)).data(), 0, -1};
     check();
-    const std::size_t blocks = schedule::blocked(c) ? static_cast<std::size_t>(n) : 1;
-    if (count > static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(T) / blocks)
-      raise(errc::invalid_argument, "count * sizeof(T) overflows", ctx);
-    if ((c == collective::broadcast || c == collective::reduce) && (root < 0 || root >= n))
-      raise(errc::invalid_argument, "root " + std::to_string(root) + " out of range", ctx);
-    if (co.algorithm != algo::automatic && !supports(co.algorithm, c))
-      raise(errc::unsupported, std::string("algorithm ") + std::string(name(co.algorithm)) + " does not implement " + std::string(name(c)), ctx);
-    const bool reads_in = c != collective::broadcast || r == root;
-    const bool writes_out = c != collective::reduce || r == root;
-    const std::size_t in_n = c == collective::reduce_scatter ? count * blocks : count;
-    const std::size_t out_n = c == collective::all_gather ? count * blocks : count;
-    if (count && reads_in && !in) raise(errc::invalid_argument, "input buffer is null", ctx);
-    if (count && writes_out && !out) raise(errc::invalid_argument, "output buffer is null", ctx);
+    const braid::detail::call_shape sh = braid::detail::validate_call<c, T>(in, out, count, root, n, r, co.algorithm, ctx);
+    const bool reads_in = sh.reads_in, writes_out = sh.writes_out, in_place = sh.in_place;
+    const std::size_t in_n = sh.in_n, out_n = sh.out_n;
     const auto lo = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p); };
-    bool in_place = false;
-    if (count && reads_in && writes_out && lo(in) < lo(out + out_n) && lo(out) < lo(in + in_n)) {
-      const T* allowed = c == collective::reduce_scatter ? in + static_cast<std::size_t>(r) * count
-                                                         : (c == collective::all_gather ? out + static_cast<std::size_t>(r) * count : in);
-      if ((c == collective::all_gather ? in : out) != allowed)
-        raise(errc::invalid_argument, "input and output overlap but are not the in-place form", ctx);
-      in_place = true;
-    }
     if (count == 0) return;
     detail::device_guard dg(g.ranks[static_cast<std::size_t>(r)].device);
     if (n == 1) {
@@ -197,16 +180,13 @@ private:
       return;
     }
     const algo a = algorithm_for(c, static_cast<std::uint64_t>(in_n) * sizeof(T), co.algorithm);
-    if (!supports(a, c)) raise(errc::unsupported, "algorithm does not implement this collective", ctx);
+    if (!supports(a, c)) braid::detail::raise_unsupported_algorithm(a, c, ctx);
     schedule::with_supported_schedule<c>(a, [&](auto s) {
       using S = decltype(s);
-      const std::uint64_t regions = static_cast<std::uint64_t>(S::nphases(c, n)) + 1;
-      std::uint64_t per = g.half_bytes / (regions * blocks * sizeof(T) + regions * 64);
-      const std::uint64_t unit = cuda_detail::chunk_unit<T>();
-      if (per >= unit) per -= per % unit;
+      const std::uint64_t per = schedule::per_round<S, T>(c, n, g.half_bytes);
       if (per == 0) raise(errc::unsupported, "staging memory too small for this schedule", ctx);
       // Every round's schedule must fit the arrival counters.
-      const std::uint32_t P = S::nchunks(c, n, cuda_detail::pipeline_chunks<T>(std::min<std::uint64_t>(per, count)));
+      const std::uint32_t P = S::nchunks(c, n, schedule::pipeline_chunks<T>(std::min<std::uint64_t>(per, count)));
       if (S::nsteps(schedule::args{c, n, r, root, P}) > cuda_detail::max_steps)
         raise(errc::unsupported, "schedule has too many steps per round for the CUDA executor", ctx);
       cuda_detail::launch_args la{};

@@ -45,14 +45,6 @@ struct launch_args {
   u64 timeout_ns;
 };
 
-template <class T> __host__ __device__ constexpr std::uint64_t chunk_unit() {
-  return (64 % sizeof(T) == 0) ? 64 / sizeof(T) : 1;
-}
-template <class T> __host__ __device__ constexpr std::uint32_t pipeline_chunks(std::uint64_t len) {
-  const std::uint64_t p = (len * sizeof(T) + (64u << 10) - 1) / (64u << 10);
-  return static_cast<std::uint32_t>(p < 1 ? 1 : (p > 32 ? 32 : p));
-}
-
 // Block arrival on slot `s` of round parity `h`; the last of gridDim.x blocks posts `word`.
 // The counter's acq_rel add orders the other blocks' data writes (made visible by their fences)
 // before the post; progress only ever grows (fetch_max).
@@ -84,29 +76,15 @@ __global__ void collective_kernel(launch_args a, Op op) {
     stop = 0;
   }
   __syncthreads();
-  const bool blk = schedule::blocked(a.coll);
-  const std::uint64_t unit = chunk_unit<T>();
+  const std::uint64_t unit = schedule::chunk_unit<T>();
   const int nph = S::nphases(a.coll, n);
-  const std::uint64_t region_bytes = ((a.per_round * (blk ? static_cast<std::uint64_t>(n) : 1) * sizeof(T)) + 63) / 64 * 64;
+  const schedule::chunk_map<T> map(a.coll, n, r, a.root, a.count, a.per_round);
   const std::uint64_t tid = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::uint64_t nthreads = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   const T* in = static_cast<const T*>(a.in);
   T* out = static_cast<T*>(a.out);
-
-  auto in_off = [&](std::uint32_t c, const chunk_span& s, std::uint64_t base) -> std::uint64_t {
-    return (a.coll == collective::reduce_scatter ? c * a.count : 0) + base + s.begin;
-  };
-  auto out_off = [&](std::uint32_t c, const chunk_span& s, std::uint64_t base) -> std::uint64_t {
-    return (a.coll == collective::all_gather ? c * a.count : 0) + base + s.begin;
-  };
-  auto out_covers = [&](std::uint32_t c) {
-    if (a.coll == collective::reduce_scatter) return static_cast<int>(c) == r;
-    if (a.coll == collective::reduce) return r == a.root;
-    return true;
-  };
   auto slot = [&](int q, std::uint64_t h, int region, std::uint32_t c, const chunk_span& s) -> T* {
-    std::byte* base = ranks[q].half[h] + static_cast<std::uint64_t>(region) * region_bytes;
-    return reinterpret_cast<T*>(base) + (blk ? c * a.per_round : 0) + s.begin;
+    return map.slot(ranks[q].half[h], region, c, s);
   };
   auto wait = [&](int q, u64 target, int step) {
     // one thread waits; the block follows
@@ -118,8 +96,8 @@ __global__ void collective_kernel(launch_args a, Op op) {
     R = round0 + k + 1;
     const std::uint64_t h = R & 1;
     const std::uint64_t base = k * a.per_round;
-    const std::uint64_t len = a.count - base < a.per_round ? a.count - base : a.per_round;
-    const std::uint32_t P = S::nchunks(a.coll, n, pipeline_chunks<T>(len));
+    const std::uint64_t len = schedule::round_len(a.count, a.per_round, k);
+    const std::uint32_t P = S::nchunks(a.coll, n, schedule::pipeline_chunks<T>(len));
     const schedule::args sa{a.coll, n, r, a.root, P};
 
     // No block starts round R before all blocks of this rank finished round R - 1 (so the arrival
@@ -135,11 +113,9 @@ __global__ void collective_kernel(launch_args a, Op op) {
     } else {
       if (blockIdx.x == 0 && threadIdx.x == 0) ranks[r].in_desc[h] = 0;
       for (std::uint32_t c = 0; c < P; ++c) {
-        if (!S::in_published(sa, c)) continue;
-        if (a.coll == collective::all_gather && static_cast<int>(c) != r) continue;
-        if (a.coll == collective::broadcast && r != a.root) continue;
+        if (!map.stages(c, S::in_published(sa, c))) continue;
         const chunk_span s = schedule::chunk_at(a.coll, len, P, c, unit);
-        const T* src[1] = {in + in_off(c, s, base)};
+        const T* src[1] = {in + map.in_off(c, s, base)};
         reduce_copy<T>(src, 1, slot(r, h, 0, c, s), static_cast<T*>(nullptr), s.count, sum<>{}, false, n, tid, nthreads);
       }
     }
@@ -165,14 +141,14 @@ __global__ void collective_kernel(launch_args a, Op op) {
           if (s.reg == schedule::region::win) {
             srcs[i] = slot(s.rank, h, 1 + s.phase, c, sp);
           } else if (s.rank == r) {
-            srcs[i] = in + in_off(c, sp, base);
+            srcs[i] = in + map.in_off(c, sp, base);
           } else {
             const u64 d = *reinterpret_cast<volatile u64*>(ranks[s.rank].in_desc + h);
-            srcs[i] = d ? reinterpret_cast<const T*>(d) + in_off(c, sp, base) : slot(s.rank, h, 0, c, sp);
+            srcs[i] = d ? reinterpret_cast<const T*>(d) + map.in_off(c, sp, base) : slot(s.rank, h, 0, c, sp);
           }
         }
         T* w = st.win >= 0 && st.win < nph ? slot(r, h, 1 + st.win, c, sp) : nullptr;
-        T* o = st.out && out_covers(c) ? out + out_off(c, sp, base) : nullptr;
+        T* o = st.out && map.out_covers(c) ? out + map.out_off(c, sp, base) : nullptr;
         if (!w && !o) continue;
         reduce_copy<T>(srcs, ns, o ? o : w, o ? w : nullptr, sp.count, op, st.final, n, tid, nthreads);
       }

@@ -19,6 +19,7 @@
 //    reduce_scatter/all_gather use nchunks == nranks and chunk i is rank i's block.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
@@ -228,5 +229,79 @@ BRAID_HD constexpr chunk_span chunk_at(collective coll, std::uint64_t len, std::
   const std::uint64_t b = split_begin(len, nchunks, c, unit), e = split_begin(len, nchunks, c + 1, unit);
   return chunk_span{0, b, e - b};
 }
+
+} // namespace braid::schedule
+
+namespace braid::schedule {
+
+// ---- from chunks to memory -----------------------------------------------------------------------
+// What both executors (transport/host/executor.hpp and cuda/executor.cuh) do with a schedule's chunk
+// numbers, written once so that the CPU and the GPU cannot place data differently.
+
+// Element alignment of chunk boundaries: 64 bytes where the element size allows it.
+template <class T> BRAID_HD constexpr std::uint64_t chunk_unit() {
+  return (64 % sizeof(T) == 0) ? 64 / sizeof(T) : 1;
+}
+
+// Pipeline depth of the chunked schedules: chunks of about 64 KiB, between 1 and 32. A function of
+// the round's size only, so every rank picks the same.
+template <class T> BRAID_HD constexpr std::uint32_t pipeline_chunks(std::uint64_t len) {
+  const std::uint64_t p = (len * sizeof(T) + (64u << 10) - 1) / (64u << 10);
+  return static_cast<std::uint32_t>(p < 1 ? 1 : (p > 32 ? 32 : p));
+}
+
+// Elements per block per round so that the input region and the `nphases` window regions of one
+// staging half of `half_bytes` hold a round (each region padded to 64 bytes), rounded down to the
+// chunk unit; 0 if even one element does not fit.
+template <class S, class T>
+BRAID_HD constexpr std::uint64_t per_round(collective coll, int nranks, std::uint64_t half_bytes) {
+  const std::uint64_t regions = static_cast<std::uint64_t>(S::nphases(coll, nranks)) + 1;
+  const std::uint64_t blocks = blocked(coll) ? static_cast<std::uint64_t>(nranks) : 1;
+  std::uint64_t e = half_bytes / (regions * blocks * sizeof(T) + regions * 64);
+  const std::uint64_t unit = chunk_unit<T>();
+  if (e >= unit) e -= e % unit;
+  return e;
+}
+
+// Where chunk c of a round lives: in the rank's user input and output (element offsets) and in a
+// staging half (region 0 is the published input, 1 + phase the window regions).
+template <class T> struct chunk_map {
+  collective coll;
+  int rank, root;
+  std::uint64_t count;        // elements per block of the whole call
+  std::uint64_t cap;          // elements per block per round (per_round)
+  std::uint64_t region_bytes; // one region of a half, padded to 64 bytes
+
+  BRAID_HD constexpr chunk_map(collective c, int nranks, int r, int rt, std::uint64_t n, std::uint64_t per)
+      : coll(c), rank(r), root(rt), count(n), cap(per),
+        region_bytes((per * (blocked(c) ? static_cast<std::uint64_t>(nranks) : 1) * sizeof(T) + 63) / 64 * 64) {}
+
+  // Offsets of chunk c in the user input / output, for the round starting at block element `base`.
+  BRAID_HD constexpr std::uint64_t in_off(std::uint32_t c, const chunk_span& s, std::uint64_t base) const {
+    return (coll == collective::reduce_scatter ? c * count : 0) + base + s.begin;
+  }
+  BRAID_HD constexpr std::uint64_t out_off(std::uint32_t c, const chunk_span& s, std::uint64_t base) const {
+    return (coll == collective::all_gather ? c * count : 0) + base + s.begin;
+  }
+  // Whether this rank's output holds chunk c (its own block for reduce_scatter, root only for reduce).
+  BRAID_HD constexpr bool out_covers(std::uint32_t c) const {
+    if (coll == collective::reduce_scatter) return static_cast<int>(c) == rank;
+    if (coll == collective::reduce) return rank == root;
+    return true;
+  }
+  // Whether this rank copies chunk c into its half's input region when its input is staged
+  // (`published`: the schedule's in_published for c).
+  BRAID_HD constexpr bool stages(std::uint32_t c, bool published) const {
+    if (!published) return false;
+    if (coll == collective::all_gather && static_cast<int>(c) != rank) return false;
+    if (coll == collective::broadcast && rank != root) return false;
+    return true;
+  }
+  // Chunk c's slot in region `region` of a staging half starting at `half`.
+  BRAID_HD T* slot(std::byte* half, int region, std::uint32_t c, const chunk_span& s) const {
+    std::byte* h = half + static_cast<std::uint64_t>(region) * region_bytes;
+    return reinterpret_cast<T*>(h) + (blocked(coll) ? c * cap : 0) + s.begin;
+  }
+};
 
 } // namespace braid::schedule

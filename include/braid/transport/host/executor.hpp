@@ -25,27 +25,10 @@
 
 namespace braid::host {
 
-// Element alignment of chunk boundaries: 64 bytes where the element size allows it.
-template <class T> constexpr std::uint64_t chunk_unit() {
-  return (64 % sizeof(T) == 0) ? 64 / sizeof(T) : 1;
-}
-
-// Elements per block per round for this collective and schedule; 0 if even one element does not fit.
+// Elements per block per round for this collective and schedule on this communicator's staging
+// halves; 0 if even one element does not fit.
 template <class S, class T> std::uint64_t per_round(const rank_context& cx, collective coll) {
-  const std::uint64_t regions = static_cast<std::uint64_t>(S::nphases(coll, cx.nranks)) + 1;
-  const std::uint64_t blocks = schedule::blocked(coll) ? static_cast<std::uint64_t>(cx.nranks) : 1;
-  std::uint64_t e = cx.seg.layout.half_bytes / (regions * blocks * sizeof(T) + regions * 64);
-  const std::uint64_t unit = chunk_unit<T>();
-  if (e >= unit) e -= e % unit;
-  return e;
-}
-
-// Pipeline depth for the chunked schedules: chunks of about 64 KiB, between 1 and 32. A function of
-// the round's size only, so every rank picks the same.
-template <class T> constexpr std::uint32_t pipeline_chunks(std::uint64_t len) {
-  const std::uint64_t bytes = len * sizeof(T);
-  const std::uint64_t p = (bytes + (64u << 10) - 1) / (64u << 10);
-  return static_cast<std::uint32_t>(std::clamp<std::uint64_t>(p, 1, 32));
+  return schedule::per_round<S, T>(coll, cx.nranks, cx.seg.layout.half_bytes);
 }
 
 struct collective_buffers {
@@ -63,12 +46,10 @@ void run_schedule(rank_context& cx, collective coll, const collective_buffers& b
   const int n = cx.nranks, r = cx.rank;
   const T* in = static_cast<const T*>(b.in);
   T* out = static_cast<T*>(b.out);
-  const bool blk = schedule::blocked(coll);
   const std::uint64_t cap = per_round<S, T>(cx, coll);
-  const std::uint64_t unit = chunk_unit<T>();
+  const std::uint64_t unit = schedule::chunk_unit<T>();
   const int nph = S::nphases(coll, n);
-  const std::uint64_t region_bytes =
-      align_up(cap * (blk ? static_cast<std::uint64_t>(n) : 1) * sizeof(T), 64);
+  const schedule::chunk_map<T> map(coll, n, r, b.root, b.count, cap);
   const T* few[16];
   std::vector<const T*> many;
   const T** ptrs = few;
@@ -76,22 +57,8 @@ void run_schedule(rank_context& cx, collective coll, const collective_buffers& b
     many.resize(static_cast<std::size_t>(n));
     ptrs = many.data();
   }
-
-  // Element offsets of chunk c in a rank's user input and output for this round.
-  auto in_off = [&](std::uint32_t c, const chunk_span& s, std::uint64_t base) -> std::uint64_t {
-    return (coll == collective::reduce_scatter ? c * b.count : 0) + base + s.begin;
-  };
-  auto out_off = [&](std::uint32_t c, const chunk_span& s, std::uint64_t base) -> std::uint64_t {
-    return (coll == collective::all_gather ? c * b.count : 0) + base + s.begin;
-  };
-  auto out_covers = [&](std::uint32_t c) {
-    if (coll == collective::reduce_scatter) return static_cast<int>(c) == r;
-    if (coll == collective::reduce) return r == b.root;
-    return true;
-  };
   auto slot = [&](int q, std::uint64_t parity, int region, std::uint32_t c, const chunk_span& s) -> T* {
-    std::byte* h = cx.seg.half(q, parity) + static_cast<std::uint64_t>(region) * region_bytes;
-    return reinterpret_cast<T*>(h) + (blk ? c * cap : 0) + s.begin;
+    return map.slot(cx.seg.half(q, parity), region, c, s);
   };
 
   const std::uint64_t rounds = schedule::nrounds(b.count, cap);
@@ -100,7 +67,7 @@ void run_schedule(rank_context& cx, collective coll, const collective_buffers& b
     R = ++cx.round;
     const std::uint64_t h = R & 1;
     const std::uint64_t base = k * cap, len = schedule::round_len(b.count, cap, k);
-    const std::uint32_t P = S::nchunks(coll, n, pipeline_chunks<T>(len));
+    const std::uint32_t P = S::nchunks(coll, n, schedule::pipeline_chunks<T>(len));
     const schedule::args a{coll, n, r, b.root, P};
 
     // Prologue: the half is free once every peer finished round R - 2; then publish the input.
@@ -113,11 +80,9 @@ void run_schedule(rank_context& cx, collective coll, const collective_buffers& b
     } else {
       me.in_desc[h] = 0;
       for (std::uint32_t c = 0; c < P; ++c) {
-        if (!S::in_published(a, c)) continue;
-        if (coll == collective::all_gather && static_cast<int>(c) != r) continue;
-        if (coll == collective::broadcast && r != b.root) continue;
+        if (!map.stages(c, S::in_published(a, c))) continue;
         const chunk_span s = schedule::chunk_at(coll, len, P, c, unit);
-        if (s.count) std::memcpy(slot(r, h, 0, c, s), in + in_off(c, s, base), s.count * sizeof(T));
+        if (s.count) std::memcpy(slot(r, h, 0, c, s), in + map.in_off(c, s, base), s.count * sizeof(T));
       }
     }
     cx.post(progress_word(R, 1));
@@ -138,15 +103,15 @@ void run_schedule(rank_context& cx, collective coll, const collective_buffers& b
           if (s.reg == schedule::region::win) {
             ptrs[i] = slot(s.rank, h, 1 + s.phase, c, sp);
           } else if (s.rank == r) {
-            ptrs[i] = in + in_off(c, sp, base);
+            ptrs[i] = in + map.in_off(c, sp, base);
           } else {
             const std::uint64_t d = cx.seg.rank(s.rank).in_desc[h];
-            ptrs[i] = d ? reinterpret_cast<const T*>(cx.resolve_input(s.rank, d)) + in_off(c, sp, base)
+            ptrs[i] = d ? reinterpret_cast<const T*>(cx.resolve_input(s.rank, d)) + map.in_off(c, sp, base)
                         : slot(s.rank, h, 0, c, sp);
           }
         }
         T* w = st.win >= 0 && st.win < nph ? slot(r, h, 1 + st.win, c, sp) : nullptr;
-        T* o = st.out && out_covers(c) ? out + out_off(c, sp, base) : nullptr;
+        T* o = st.out && map.out_covers(c) ? out + map.out_off(c, sp, base) : nullptr;
         if (!w && !o) continue;
         reduce_n<T>(ptrs, ns, o ? o : w, o ? w : nullptr, sp.count, op, st.final, n);
       }
