@@ -158,42 +158,35 @@ generator=()
 command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
 cmake_args=("${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DBRAID_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$archs"
             -DBRAID_BUILD_TESTS=ON -DBRAID_BUILD_BENCH=ON -DBRAID_BUILD_EXAMPLES=OFF)
+# locate NAME VAR_VALUE: prints the directory of NAME's package config, from the directory the user named
+# (VAR_VALUE, searched) or else from the default roots; fails when none is found.
+locate() {
+  local name=$1 given=$2 root
+  if [ -n "$given" ]; then config_dir_under "$given" "$name"; return; fi
+  for root in "${search_roots[@]}"; do config_dir_under "$root" "$name" && return 0; done
+  return 1
+}
 doctest_missing=0
 section "prerequisites"
-if [ -n "${DOCTEST_DIR:-}" ]; then
-  if d=$(config_dir_under "$DOCTEST_DIR" doctest); then
-    say "doctest: $d (DOCTEST_DIR)"
-    cmake_args+=("-Ddoctest_DIR=$d")
-  else
-    say "MISSING: doctest: DOCTEST_DIR=$DOCTEST_DIR holds no doctestConfig.cmake (point it at a doctest"
-    say "         install prefix or at the directory of doctestConfig.cmake)"
-    summary+=("$(printf '%-4s %-8s %s' - REQUIRED "doctest found: no")")
-    finish 2
-  fi
+if d=$(locate doctest "${DOCTEST_DIR:-}"); then
+  say "doctest: $d${DOCTEST_DIR:+ (DOCTEST_DIR)}"
+  [ -n "${DOCTEST_DIR:-}" ] && cmake_args+=("-Ddoctest_DIR=$d")
+elif [ -n "${DOCTEST_DIR:-}" ]; then
+  say "MISSING: doctest: DOCTEST_DIR=$DOCTEST_DIR holds no doctestConfig.cmake (point it at a doctest"
+  say "         install prefix or at the directory of doctestConfig.cmake)"
+  summary+=("$(printf '%-4s %-8s %s' - REQUIRED "doctest found: no")")
+  finish 2
 else
-  d=""
-  for root in "${search_roots[@]}"; do d=$(config_dir_under "$root" doctest) && break; done
-  if [ -n "$d" ]; then
-    say "doctest: $d"
-  else
-    doctest_missing=1
-    say "MISSING?: doctest: no doctestConfig.cmake under ${search_roots[*]}; if configure fails for it,"
-    say "          set DOCTEST_DIR to a copy (its install prefix or the directory of doctestConfig.cmake)"
-  fi
+  doctest_missing=1
+  say "MISSING?: doctest: no doctestConfig.cmake under ${search_roots[*]}; if configure fails for it,"
+  say "          set DOCTEST_DIR to a copy (its install prefix or the directory of doctestConfig.cmake)"
 fi
-if [ -n "${benchmark_DIR:-}" ]; then
-  if d=$(config_dir_under "$benchmark_DIR" benchmark); then
-    say "Google Benchmark: $d (benchmark_DIR)"
-    cmake_args+=("-Dbenchmark_DIR=$d")
-  else
-    say "missing (optional): Google Benchmark: benchmark_DIR=$benchmark_DIR holds no benchmarkConfig.cmake;"
-    say "                    the micro benchmarks will not be built"
-  fi
+if d=$(locate benchmark "${benchmark_DIR:-}"); then
+  say "Google Benchmark: $d${benchmark_DIR:+ (benchmark_DIR)}"
+  [ -n "${benchmark_DIR:-}" ] && cmake_args+=("-Dbenchmark_DIR=$d")
 else
-  d=""
-  for root in "${search_roots[@]}"; do d=$(config_dir_under "$root" benchmark) && break; done
-  if [ -n "$d" ]; then say "Google Benchmark: $d"
-  else say "missing (optional): Google Benchmark (set benchmark_DIR to a copy): the micro benchmarks will not be built"; fi
+  say "missing (optional): Google Benchmark${benchmark_DIR:+ (benchmark_DIR=$benchmark_DIR holds no benchmarkConfig.cmake)};"
+  say "                    the micro benchmarks will not be built (set benchmark_DIR to a copy)"
 fi
 sanitizer=$(command -v compute-sanitizer 2>/dev/null || true)
 for c in "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" /usr/local/cuda/compute-sanitizer/compute-sanitizer; do

@@ -84,6 +84,68 @@ template <class T, class Op> T expected_reduction(op_kind k, int n, std::uint64_
 inline constexpr collective sweep_collectives[] = {collective::all_reduce, collective::reduce_scatter, collective::all_gather,
                                                    collective::broadcast, collective::reduce};
 
+// Sentinel elements after each output span: a write past the output shows there.
+inline constexpr std::size_t sweep_guard = 16;
+
+// Elements of the output span a case checks: the output, except in-place reduce_scatter, which works
+// in the (larger) input buffer.
+inline std::size_t span_elems(collective c, int n, std::size_t count, bool in_place) {
+  const auto un = static_cast<std::size_t>(n);
+  if (c == collective::all_gather || (in_place && c == collective::reduce_scatter)) return count * un;
+  return count;
+}
+
+// Input element i of rank r (inputs repeat with period 15 in the element index).
+template <class T> T input_value(collective c, op_kind k, int r, std::size_t count, std::size_t i) {
+  if (c == collective::all_gather) return make<T>(value_int<T>(op_kind::sum, r, static_cast<std::uint64_t>(r) * count + i));
+  if (c == collective::broadcast) return make<T>(value_int<T>(op_kind::sum, r, i));
+  return make<T>(value_int<T>(k, r, i));
+}
+
+struct mismatch {
+  const char* what = nullptr; // null: the output is right
+  std::size_t at = 0;         // element (wrong value) or byte (sentinel) index
+  explicit operator bool() const { return what != nullptr; }
+};
+
+// Checks rank r's output after a case: `span` is the output span as the rank sees it (span_elems +
+// sweep_guard elements, every byte 0xA5 before the call) and `result` where the result starts in it.
+// The CPU sweep and the GPU test (on a host copy of device memory) both judge with this.
+template <class T, class Op>
+mismatch verify_output(collective c, op_kind k, int n, int r, int root, std::size_t count, bool in_place,
+                       const void* span, const void* result) {
+  const std::size_t out_n = c == collective::all_gather ? count * static_cast<std::size_t>(n) : count;
+  const std::size_t span_n = span_elems(c, n, count, in_place);
+  const auto* res = static_cast<const unsigned char*>(result);
+  T cache[15];
+  bool have[15] = {};
+  const bool writes = c != collective::reduce || r == root;
+  const std::size_t check_n = in_place && c == collective::reduce_scatter ? count : out_n;
+  for (std::size_t i = 0; writes && i < check_n; ++i) {
+    T want;
+    switch (c) {
+    case collective::all_gather: want = make<T>(value_int<T>(op_kind::sum, static_cast<int>(i / count), i)); break;
+    case collective::broadcast: want = make<T>(value_int<T>(op_kind::sum, root, i)); break;
+    default: {
+      const std::uint64_t g = c == collective::reduce_scatter ? static_cast<std::uint64_t>(r) * count + i : i;
+      const std::size_t key = static_cast<std::size_t>(g % 15);
+      if (!have[key]) { cache[key] = expected_reduction<T, Op>(k, n, g); have[key] = true; }
+      want = cache[key];
+    }
+    }
+    if (std::memcmp(&want, res + i * sizeof(T), sizeof(T)) != 0) return {"wrong value", i};
+  }
+  const auto* tail = static_cast<const unsigned char*>(span) + span_n * sizeof(T);
+  for (std::size_t b = 0; b < sweep_guard * sizeof(T); ++b)
+    if (tail[b] != 0xA5) return {"wrote past the output", b};
+  if (!writes && !in_place) {
+    const auto* o = static_cast<const unsigned char*>(span);
+    for (std::size_t b = 0; b < out_n * sizeof(T); ++b)
+      if (o[b] != 0xA5) return {"non-root output written", b};
+  }
+  return {};
+}
+
 // Per-rank scratch reused across cases (large enough for the largest count).
 // `reg` is allocated through the communicator: for processes, inputs in it are read in place by the
 // peers (no staging copy); `in` is ordinary memory (staged).
@@ -109,16 +171,10 @@ void check_case(communicator& comm, collective c, algo a, op_kind k, std::size_t
   if (in_place) {
     if (c == collective::all_gather) in = out + static_cast<std::size_t>(r) * count;
   }
-  // Sentinel in the output (beyond it too, to catch overruns), then the input.
-  const std::size_t guard = 16;
-  // In-place reduce_scatter works in the input buffer, which is the larger one.
-  const std::size_t span_n = in_place && c == collective::reduce_scatter ? in_n : out_n;
-  std::memset(out, 0xA5, (span_n + guard) * sizeof(T));
-  for (std::size_t i = 0; i < in_n; ++i) {
-    const std::uint64_t g = c == collective::all_gather ? static_cast<std::uint64_t>(r) * count + i : i;
-    const int v = c == collective::all_gather || c == collective::broadcast ? value_int<T>(op_kind::sum, r, g) : value_int<T>(k, r, i);
-    in[i] = make<T>(v);
-  }
+  // Sentinel in the output span (beyond it too, to catch overruns), then the input.
+  const std::size_t span_n = span_elems(c, n, count, in_place);
+  std::memset(out, 0xA5, (span_n + sweep_guard) * sizeof(T));
+  for (std::size_t i = 0; i < in_n; ++i) in[i] = input_value<T>(c, k, r, count, i);
   T* result = out;
   if (in_place && c == collective::reduce_scatter) result = in + static_cast<std::size_t>(r) * count;
   call_options co{a};
@@ -131,45 +187,15 @@ void check_case(communicator& comm, collective c, algo a, op_kind k, std::size_t
   default: break;
   }
   ++st.cases;
-  auto where = [&](std::size_t i, const char* what) {
+  if (const mismatch m = verify_output<T, Op>(c, k, n, r, root, count, in_place, out, result)) {
     std::ostringstream s;
     s << name(c) << "/" << name(a) << " " << name(dtype_of_v<T>) << " " << name(k) << " n=" << n << " rank=" << r
       << " count=" << count << " offset=" << offset << (in_place ? " in-place" : "") << (registered ? " registered" : "")
-      << ": " << what << " at " << i;
-    return s.str();
-  };
-  // Expected values repeat with period 15 in the input index; cache them.
-  T cache[15];
-  bool have[15] = {};
-  const bool writes = c != collective::reduce || r == root;
-  const std::size_t check_n = in_place && c == collective::reduce_scatter ? count : out_n;
-  for (std::size_t i = 0; writes && i < check_n; ++i) {
-    T want;
-    switch (c) {
-    case collective::all_gather: want = make<T>(value_int<T>(op_kind::sum, static_cast<int>(i / count), i)); break;
-    case collective::broadcast: want = make<T>(value_int<T>(op_kind::sum, root, i)); break;
-    default: {
-      const std::uint64_t g = c == collective::reduce_scatter ? static_cast<std::uint64_t>(r) * count + i : i;
-      const std::size_t key = g % 15;
-      if (!have[key]) { cache[key] = expected_reduction<T, Op>(k, n, g); have[key] = true; }
-      want = cache[key];
-    }
-    }
-    if (std::memcmp(&want, result + i, sizeof(T)) != 0) {
-      st.fail(where(i, "wrong value"));
-      return;
-    }
+      << ": " << m.what << " at " << m.at;
+    st.fail(s.str());
+    return;
   }
-  st.elements += static_cast<long>(check_n);
-  // Nothing written past the output (out-of-place: nothing at all on a non-root of reduce).
-  const unsigned char* tail = reinterpret_cast<const unsigned char*>(out + span_n);
-  for (std::size_t b = 0; b < guard * sizeof(T); ++b)
-    if (tail[b] != 0xA5) { st.fail(where(b, "wrote past the output")); return; }
-  if (!writes && !in_place) {
-    const unsigned char* o = reinterpret_cast<const unsigned char*>(out);
-    for (std::size_t b = 0; b < out_n * sizeof(T); ++b)
-      if (o[b] != 0xA5) { st.fail(where(b, "non-root output written")); return; }
-  }
+  st.elements += static_cast<long>(in_place && c == collective::reduce_scatter ? count : out_n);
 }
 
 // Whether type T takes the large (multi-round) count in the standard sweep. The executors' memory

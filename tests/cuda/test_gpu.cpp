@@ -163,17 +163,14 @@ std::size_t buffer_bytes(std::size_t large, int n, bool blocked, std::size_t ele
 // matches, else what went wrong first (and renews the group when an error poisoned it).
 template <class T, class Op>
 std::string run_case(rig& x, collective c, algo a, op_kind k, std::size_t count, std::size_t offset, bool in_place) {
-  using braid::testing::expected_reduction;
-  using braid::testing::make;
-  using braid::testing::value_int;
+  using braid::testing::sweep_guard;
   const int n = x.n, root = n - 1;
   const auto un = static_cast<std::size_t>(n);
   const std::size_t in_n = c == collective::reduce_scatter ? count * un : count;
   const std::size_t out_n = c == collective::all_gather ? count * un : count;
-  const std::size_t guard = 16;
-  const std::size_t span_n = in_place && c == collective::reduce_scatter ? in_n : out_n;
-  const std::size_t span_bytes = (span_n + guard) * sizeof(T);
-  const std::size_t need = (offset + std::max(in_n, out_n) + guard) * sizeof(T);
+  const std::size_t span_n = braid::testing::span_elems(c, n, count, in_place);
+  const std::size_t span_bytes = (span_n + sweep_guard) * sizeof(T);
+  const std::size_t need = (offset + std::max(in_n, out_n) + sweep_guard) * sizeof(T);
   if (need > x.bytes) return "test bug: buffers too small";
 
   auto where = [&](int r, std::size_t i, const std::string& what) {
@@ -193,25 +190,18 @@ std::string run_case(rig& x, collective c, algo a, op_kind k, std::size_t count,
     din[ur] = i;
     dres[ur] = in_place && c == collective::reduce_scatter ? i + ur * count : o;
 
-    // Input values repeat with period 15 in the element index (see sweep.hpp).
-    T vals[15];
-    const bool copies = c == collective::all_gather || c == collective::broadcast;
-    for (std::uint64_t key = 0; key < 15; ++key) vals[key] = make<T>(copies ? value_int<T>(op_kind::sum, r, key) : value_int<T>(k, r, key));
-    const std::uint64_t g0 = c == collective::all_gather ? static_cast<std::uint64_t>(r) * count : 0;
-
+    // The host image of the output span: sentinel bytes, and the input where it lives inside the span.
     std::vector<unsigned char>& img = x.img[ur];
     if (img.size() < std::max(span_bytes, in_n * sizeof(T))) img.resize(std::max(span_bytes, in_n * sizeof(T)));
+    std::memset(img.data(), 0xA5, span_bytes);
     if (in_place) {
-      // The input lives inside the output span: sentinel around it, input values in it.
-      std::memset(img.data(), 0xA5, span_bytes);
       T* at = reinterpret_cast<T*>(img.data()) + (i - o);
-      for (std::size_t e = 0; e < in_n; ++e) std::memcpy(at + e, &vals[(g0 + e) % 15], sizeof(T));
+      for (std::size_t e = 0; e < in_n; ++e) at[e] = braid::testing::input_value<T>(c, k, r, count, e);
       GPU_OK(cudaMemcpy(o, img.data(), span_bytes, cudaMemcpyHostToDevice));
     } else {
-      std::memset(img.data(), 0xA5, span_bytes);
       GPU_OK(cudaMemcpy(o, img.data(), span_bytes, cudaMemcpyHostToDevice));
       T* at = reinterpret_cast<T*>(img.data());
-      for (std::size_t e = 0; e < in_n; ++e) std::memcpy(at + e, &vals[(g0 + e) % 15], sizeof(T));
+      for (std::size_t e = 0; e < in_n; ++e) at[e] = braid::testing::input_value<T>(c, k, r, count, e);
       if (in_n) GPU_OK(cudaMemcpy(i, img.data(), in_n * sizeof(T), cudaMemcpyHostToDevice));
     }
   }
@@ -248,38 +238,15 @@ std::string run_case(rig& x, collective c, algo a, op_kind k, std::size_t count,
     return failure;
   }
 
-  // Compare.
+  // Compare, on a host copy of each rank's output span, with the CPU sweep's judge.
   for (int r = 0; r < n; ++r) {
     const std::size_t ur = static_cast<std::size_t>(r);
     std::vector<unsigned char>& img = x.img[ur];
     GPU_OK(cudaMemcpy(img.data(), dout[ur], span_bytes, cudaMemcpyDeviceToHost));
     const unsigned char* result = img.data() + static_cast<std::size_t>(dres[ur] - dout[ur]) * sizeof(T);
-    T cache[15];
-    bool have[15] = {};
-    const bool writes = c != collective::reduce || r == root;
-    const std::size_t check_n = in_place && c == collective::reduce_scatter ? count : out_n;
-    for (std::size_t i = 0; writes && i < check_n; ++i) {
-      T want;
-      switch (c) {
-      case collective::all_gather: want = make<T>(value_int<T>(op_kind::sum, static_cast<int>(i / count), i)); break;
-      case collective::broadcast: want = make<T>(value_int<T>(op_kind::sum, root, i)); break;
-      default: {
-        const std::uint64_t g = c == collective::reduce_scatter ? static_cast<std::uint64_t>(r) * count + i : i;
-        const std::size_t key = static_cast<std::size_t>(g % 15);
-        if (!have[key]) {
-          cache[key] = expected_reduction<T, Op>(k, n, g);
-          have[key] = true;
-        }
-        want = cache[key];
-      }
-      }
-      if (std::memcmp(&want, result + i * sizeof(T), sizeof(T)) != 0) return where(r, i, "wrong value");
-    }
-    for (std::size_t b = span_n * sizeof(T); b < span_bytes; ++b)
-      if (img[b] != 0xA5) return where(r, b - span_n * sizeof(T), "wrote past the output (byte)");
-    if (!writes && !in_place)
-      for (std::size_t b = 0; b < out_n * sizeof(T); ++b)
-        if (img[b] != 0xA5) return where(r, b, "non-root output written (byte)");
+    if (const braid::testing::mismatch m =
+            braid::testing::verify_output<T, Op>(c, k, n, r, root, count, in_place, img.data(), result))
+      return where(r, m.at, m.what);
   }
   return {};
 }
