@@ -168,12 +168,22 @@ public:
   parameter& weight() { return w_; }
 
 private:
+  // The output columns [lo, hi) whose input column ox*s - p + kj lies inside [0, w).
+  void valid_range(int kj, int w, int& lo, int& hi) const {
+    const int off = kj - p_; // ix = ox*s + off
+    lo = off >= 0 ? 0 : (-off + s_ - 1) / s_;
+    hi = (w - 1 - off) < 0 ? 0 : std::min(wo_, (w - 1 - off) / s_ + 1);
+    if (hi < lo) hi = lo;
+  }
   // col[(c*k + ki)*k + kj][oy*wo + ox] = x[c][oy*s - p + ki][ox*s - p + kj] (0 outside)
   void im2col(const T* x, int h, int w, T* col) const {
     for (int c = 0; c < c_; ++c)
       for (int ki = 0; ki < k_; ++ki)
         for (int kj = 0; kj < k_; ++kj) {
           T* row = col + (std::int64_t(c * k_ + ki) * k_ + kj) * ho_ * wo_;
+          int lo, hi;
+          valid_range(kj, w, lo, hi);
+          const int off = kj - p_;
           for (int oy = 0; oy < ho_; ++oy) {
             const int iy = oy * s_ - p_ + ki;
             T* r = row + oy * wo_;
@@ -182,10 +192,13 @@ private:
               continue;
             }
             const T* xr = x + (std::int64_t(c) * h + iy) * w;
-            for (int ox = 0; ox < wo_; ++ox) {
-              const int ix = ox * s_ - p_ + kj;
-              r[ox] = (ix >= 0 && ix < w) ? xr[ix] : T(0);
+            std::fill(r, r + lo, T(0));
+            if (s_ == 1) {
+              std::copy(xr + lo + off, xr + hi + off, r + lo);
+            } else {
+              for (int ox = lo; ox < hi; ++ox) r[ox] = xr[ox * s_ + off];
             }
+            std::fill(r + hi, r + wo_, T(0));
           }
         }
   }
@@ -194,14 +207,18 @@ private:
       for (int ki = 0; ki < k_; ++ki)
         for (int kj = 0; kj < k_; ++kj) {
           const T* row = col + (std::int64_t(c * k_ + ki) * k_ + kj) * ho_ * wo_;
+          int lo, hi;
+          valid_range(kj, w, lo, hi);
+          const int off = kj - p_;
           for (int oy = 0; oy < ho_; ++oy) {
             const int iy = oy * s_ - p_ + ki;
             if (iy < 0 || iy >= h) continue;
             T* xr = dx + (std::int64_t(c) * h + iy) * w;
             const T* r = row + oy * wo_;
-            for (int ox = 0; ox < wo_; ++ox) {
-              const int ix = ox * s_ - p_ + kj;
-              if (ix >= 0 && ix < w) xr[ix] += r[ox];
+            if (s_ == 1) {
+              for (int ox = lo; ox < hi; ++ox) xr[ox + off] += r[ox];
+            } else {
+              for (int ox = lo; ox < hi; ++ox) xr[ox * s_ + off] += r[ox];
             }
           }
         }
