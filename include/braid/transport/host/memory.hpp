@@ -5,6 +5,7 @@
 #include <utility>
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -42,7 +43,9 @@ public:
   static mapped_memory create_shared(std::size_t bytes, const char* label) {
     const int fd = static_cast<int>(::syscall(SYS_memfd_create, label, MFD_CLOEXEC));
     if (fd < 0) braid::detail::raise_errno("memfd_create", __FILE__, __LINE__, errno);
-    if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    // A memfd has no name in any filesystem; peers get it only as a descriptor over the rendezvous
+    // socket. Mode 0600 (memfds start at 0777) also closes /proc/<pid>/fd/<n> to other users.
+    if (::fchmod(fd, 0600) != 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
       const int e = errno;
       ::close(fd);
       braid::detail::raise_errno("ftruncate(memfd)", __FILE__, __LINE__, e);
