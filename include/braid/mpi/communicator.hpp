@@ -1,0 +1,437 @@
+// braid/mpi/communicator.hpp — braid::mpi::communicator: hierarchical collectives over hosts.
+//
+// braid moves the data inside each host (shared memory between the processes of a host) and MPI
+// carries the step between hosts. Construction is collective over an MPI communicator (see
+// bootstrap.hpp for how hosts are found and BRAID_HOST_ID). Every rank calls the same collectives in
+// the same order with the same counts, roots and operators; calls are blocking.
+//
+// Algorithms (H hosts of L ranks each; "uniform" when every host has the same L):
+//   all_reduce      uniform: reduce_scatter inside each host (slice l of ceil(count/L) to local rank l),
+//                   the slices across hosts among the ranks with the same local rank (MPI_Alltoallv of
+//                   1/H pieces, each piece reduced by its owner, MPI_Allgatherv), all_gather inside
+//                   each host. Otherwise: reduce to local rank 0, the same exchange among the local
+//                   ranks 0, broadcast inside each host.
+//   reduce_scatter  uniform: inputs repacked so that local rank l's block group holds the blocks of the
+//                   ranks (h, l) of every host h, reduce_scatter inside the host, MPI_Alltoall of the
+//                   blocks across hosts, reduction by the owner. Otherwise: reduce to local rank 0,
+//                   MPI_Alltoallv of each host's blocks among the local ranks 0, broadcast inside the
+//                   host (each rank keeps its block).
+//   all_gather      uniform: MPI_Allgather across hosts among equal local ranks, all_gather inside the
+//                   host. Otherwise: all_gather inside the host, MPI_Allgatherv among local ranks 0,
+//                   broadcast inside the host.
+//   broadcast       uniform: MPI_Bcast among the ranks with the root's local rank, broadcast inside
+//                   each host. Otherwise: broadcast on the root's host, MPI_Bcast among local ranks 0,
+//                   broadcast inside the other hosts.
+//   reduce          an all_reduce whose result only the root keeps (costs what all_reduce costs).
+//   barrier         barrier inside the host, MPI_Barrier among local ranks 0, barrier inside the host.
+// With one host every call goes straight to the host communicator (exactly braid's own result).
+//
+// Guarantees
+//  * Identical bits on every rank: each output element is computed once, by one rank, and copied.
+//  * Reduction order: inside a host, the host communicator's algorithm (its own fixed order; partial
+//    results are stored in T); across hosts, the host partials in host order 0, 1, ..., H-1, in the
+//    operator's accumulator type, with finalize (avg) applied once, with the world size, at the end.
+//    Integers (default accumulator) and min/max without NaNs therefore equal the flat result exactly;
+//    floating sums differ from a flat reduction only by the rounding of the host partials to T.
+//  * Any element type and operator braid supports: MPI moves bytes (contiguous MPI_BYTE types) and
+//    braid's reduction loop does the arithmetic, so no MPI_Op is involved and no MPI_Allreduce rounding.
+//  * Bad arguments raise invalid_argument on this rank before anything moves. Any error during a call
+//    (an MPI error, converted to braid::system_error, or an error of the host communicator) makes this
+//    communicator refuse further calls (usage_error). Waits inside a host have braid's deadline
+//    (BRAID_TIMEOUT); waits inside MPI have MPI's semantics (no deadline): a rank that fails while
+//    others are inside the inter-host step can leave them waiting — call MPI_Abort on such an error.
+//  * Counts are limited to INT_MAX elements per MPI call (unsupported_error beyond).
+// Needs <mpi.h>: this header is not part of <braid/braid.hpp>.
+#pragma once
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../comm/communicator.hpp"
+#include "../core/reduce.hpp"
+#include "bootstrap.hpp"
+#include "check.hpp"
+
+namespace braid::mpi {
+
+namespace detail {
+// The user's operator without its finalize: what the stages before the last one reduce with, so that
+// avg divides once, by the world size, at the very end. Same accumulator as Op on T.
+template <class Op, class T> struct without_finalize {
+  using accumulator_type = accumulator_t<T, Op>;
+  Op op;
+  template <class A> BRAID_HD A operator()(const A& a, const A& b) const { return static_cast<A>(op(a, b)); }
+};
+} // namespace detail
+
+class communicator {
+public:
+  communicator() = default; // empty: every call raises usage_error
+  communicator(communicator&& o) noexcept { *this = std::move(o); }
+  communicator& operator=(communicator&& o) noexcept {
+    if (this != &o) {
+      free_types();
+      scratch_ = std::move(o.scratch_);
+      local_ = std::move(o.local_);
+      hc_ = std::move(o.hc_);
+      types_ = std::exchange(o.types_, {});
+      staging_ = std::move(o.staging_);
+      live_ = std::exchange(o.live_, false);
+      failed_ = std::exchange(o.failed_, false);
+      failure_ = std::move(o.failure_);
+      what_ = o.what_;
+      seq_ = std::exchange(o.seq_, 0);
+    }
+    return *this;
+  }
+  // Frees the scratch memory before leaving the host communicator, which it is registered with.
+  ~communicator() {
+    scratch_ = buffer<std::uint64_t>();
+    free_types();
+  }
+
+  // Collective over `comm` (every rank of it calls this). MPI must be initialised; `comm` is
+  // duplicated, so the caller may free it afterwards.
+  explicit communicator(MPI_Comm comm, const options& opts = options::from_env()) : hc_(split_hosts(comm)) {
+    local_ = join_local(hc_.world.get(), hc_.local.get(), opts);
+    live_ = true;
+  }
+
+  bool valid() const noexcept { return live_; }
+  int rank() const { return lay().rank; }
+  int size() const { return lay().size; }
+  int host() const { return lay().host; }
+  int hosts() const { return lay().hosts; }
+  int local_rank() const { return lay().local_rank; }
+  int local_size() const { return lay().local_size; }
+  bool uniform() const { return lay().uniform; }
+  const host_layout& layout() const { return lay(); }
+  braid::communicator& local() { return (void)lay(), local_; } // this host's communicator
+  MPI_Comm world_comm() const { return (void)lay(), hc_.world.get(); }
+  MPI_Comm cross_comm() const { return (void)lay(), hc_.cross.get(); } // same local rank, one per host
+  std::uint64_t calls() const { return seq_; }
+
+  // ---- collectives (pointer forms; semantics and in-place forms as braid::communicator's, with
+  // ranks numbered as in the MPI communicator) ---------------------------------------------------------
+  template <element T, class Op = sum<>>
+    requires reduction_for<Op, T>
+  void all_reduce(const T* in, T* out, std::size_t count, Op op = {}) {
+    check<T>("all_reduce", in, count, out, count, count, 0, false, true, true);
+    call("all_reduce", [&] { do_all_reduce(in, out, count, op); });
+  }
+  template <element T, class Op = sum<>>
+    requires reduction_for<Op, T>
+  void reduce_scatter(const T* in, T* out, std::size_t recv_count, Op op = {}) {
+    const std::size_t n = static_cast<std::size_t>(size());
+    check<T>("reduce_scatter", in, recv_count * n, out, recv_count, recv_count, 0, false, true, true,
+             recv_count > SIZE_MAX / sizeof(T) / (n ? n : 1));
+    call("reduce_scatter", [&] { do_reduce_scatter(in, out, recv_count, op); });
+  }
+  template <element T> void all_gather(const T* in, T* out, std::size_t send_count) {
+    const std::size_t n = static_cast<std::size_t>(size());
+    check<T>("all_gather", in, send_count, out, send_count * n, send_count, 0, false, true, true,
+             send_count > SIZE_MAX / sizeof(T) / (n ? n : 1));
+    call("all_gather", [&] { do_all_gather(in, out, send_count); });
+  }
+  template <element T> void broadcast(const T* in, T* out, std::size_t count, int root) {
+    check<T>("broadcast", in, count, out, count, count, root, true, rank() == root, true);
+    call("broadcast", [&] { do_broadcast(in, out, count, root); });
+  }
+  template <element T, class Op = sum<>>
+    requires reduction_for<Op, T>
+  void reduce(const T* in, T* out, std::size_t count, int root, Op op = {}) {
+    check<T>("reduce", in, count, out, count, count, root, true, true, rank() == root);
+    call("reduce", [&] {
+      if (rank() == root) return do_all_reduce(in, out, count, op);
+      std::vector<T> sink(count);
+      do_all_reduce(in, sink.data(), count, op);
+    });
+  }
+  void barrier() {
+    call("barrier", [&] {
+      local_.barrier();
+      if (lay().local_rank == 0 && lay().hosts > 1) BRAID_MPI_CHECK_CTX(MPI_Barrier(hc_.cross.get()), ctx());
+      local_.barrier();
+    });
+  }
+
+  // span forms
+  template <element T, class Op = sum<>>
+    requires reduction_for<Op, T>
+  void all_reduce(std::span<T> data, Op op = {}) { all_reduce(data.data(), data.data(), data.size(), op); }
+  template <element T> void broadcast(std::span<T> data, int root) { broadcast(data.data(), data.data(), data.size(), root); }
+
+private:
+  const host_layout& lay() const {
+    if (!live_) raise(errc::invalid_usage, "this braid::mpi::communicator is empty (default-constructed or moved from)");
+    return hc_.layout;
+  }
+  error_context ctx() const { return error_context{hc_.layout.rank, what_, seq_, -1}; }
+
+  // Argument checks, before anything moves (mirrors braid::communicator's, plus MPI's int counts).
+  template <class T>
+  void check(const char* what, const T* in, std::size_t in_n, const T* out, std::size_t out_n, std::size_t count, int root,
+             bool rooted, bool reads_in, bool writes_out, bool overflow = false) {
+    const host_layout& L = lay();
+    what_ = what;
+    const error_context c{L.rank, what, seq_ + 1, -1};
+    if (failed_) raise(errc::invalid_usage, "the communicator failed earlier and refuses further calls: " + failure_, c);
+    if (overflow || count > static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(T))
+      raise(errc::invalid_argument, "count " + std::to_string(count) + " * sizeof(T) overflows", c);
+    if (rooted && (root < 0 || root >= L.size))
+      raise(errc::invalid_argument, "root " + std::to_string(root) + " out of range [0, " + std::to_string(L.size) + ")", c);
+    if (std::max(in_n, out_n) > static_cast<std::size_t>(INT_MAX))
+      raise(errc::unsupported, "braid::mpi: more than INT_MAX elements in one call", c);
+    if (!count) return;
+    auto ptr = [&](const void* p, const char* which) {
+      if (!p) raise(errc::invalid_argument, std::string(which) + " is null", c);
+      if (reinterpret_cast<std::uintptr_t>(p) % alignof(T))
+        raise(errc::invalid_argument, std::string(which) + " is not aligned to alignof(T) = " + std::to_string(alignof(T)), c);
+    };
+    if (reads_in) ptr(in, "input buffer");
+    if (writes_out) ptr(out, "output buffer");
+    if (reads_in && writes_out) {
+      const auto a = reinterpret_cast<std::uintptr_t>(in), b = reinterpret_cast<std::uintptr_t>(out);
+      if (a < b + out_n * sizeof(T) && b < a + in_n * sizeof(T)) {
+        const std::string w = what;
+        const T* allowed = w == "reduce_scatter" ? in + static_cast<std::size_t>(L.rank) * count
+                           : w == "all_gather"   ? out + static_cast<std::size_t>(L.rank) * count
+                                                 : in;
+        const T* given = w == "all_gather" ? in : out;
+        if (given != allowed)
+          raise(errc::invalid_argument, "input and output overlap but are not the in-place form", c);
+      }
+    }
+  }
+
+  // Runs a call; any error marks the communicator failed.
+  template <class F> void call(const char* what, F&& f) {
+    (void)lay();
+    what_ = what;
+    if (failed_) raise(errc::invalid_usage, "the communicator failed earlier and refuses further calls: " + failure_, ctx());
+    ++seq_;
+    try {
+      f();
+    } catch (const std::exception& e) {
+      failed_ = true;
+      failure_ = e.what();
+      throw;
+    }
+  }
+
+  // A committed MPI type of `bytes` contiguous bytes (one per element size, kept until destruction).
+  MPI_Datatype type_of(std::size_t bytes) {
+    auto it = types_.find(bytes);
+    if (it != types_.end()) return it->second;
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    BRAID_MPI_CHECK_CTX(MPI_Type_contiguous(static_cast<int>(bytes), MPI_BYTE, &t), ctx());
+    BRAID_MPI_CHECK_CTX(MPI_Type_commit(&t), ctx());
+    types_.emplace(bytes, t);
+    return t;
+  }
+  void free_types() noexcept {
+    if (!types_.empty() && mpi::detail::mpi_usable())
+      for (auto& [b, t] : types_) MPI_Type_free(&t);
+    types_.clear();
+  }
+
+  // Scratch in memory the host's peers map (so local collectives read it in place), grown by
+  // powers of two. Collective over the host: every local rank asks for the same size in the same call.
+  template <class T> T* scratch(std::size_t count) {
+    const std::size_t bytes = count * sizeof(T);
+    if (bytes > scratch_.size() * sizeof(std::uint64_t)) {
+      std::size_t words = 512;
+      while (words * sizeof(std::uint64_t) < bytes) words *= 2;
+      scratch_ = buffer<std::uint64_t>();
+      scratch_ = local_.alloc<std::uint64_t>(words);
+    }
+    return reinterpret_cast<T*>(scratch_.data());
+  }
+  template <class T> T* staging(std::size_t count) { // private memory for MPI receives
+    if (staging_.size() * sizeof(std::uint64_t) < count * sizeof(T)) staging_.resize((count * sizeof(T) + 7) / 8);
+    return reinterpret_cast<T*>(staging_.data());
+  }
+
+  // Across the members of `comm` (H of them, this one is `me`): data[0, n) becomes the reduction, in
+  // member order, of every member's data (two-shot: piece j is reduced by member j, then gathered).
+  template <class T, class Op> void cross_all_reduce(T* data, std::size_t n, MPI_Comm comm, int H, int me, const Op& op) {
+    std::vector<int> cnt(static_cast<std::size_t>(H)), off(static_cast<std::size_t>(H)), rc(static_cast<std::size_t>(H)), ro(static_cast<std::size_t>(H));
+    for (int j = 0, o = 0; j < H; ++j) {
+      cnt[static_cast<std::size_t>(j)] = static_cast<int>(n / static_cast<std::size_t>(H) + (static_cast<std::size_t>(j) < n % static_cast<std::size_t>(H)));
+      off[static_cast<std::size_t>(j)] = o;
+      o += cnt[static_cast<std::size_t>(j)];
+    }
+    const int mine = cnt[static_cast<std::size_t>(me)];
+    for (int j = 0; j < H; ++j) {
+      rc[static_cast<std::size_t>(j)] = mine;
+      ro[static_cast<std::size_t>(j)] = j * mine;
+    }
+    T* pieces = staging<T>(static_cast<std::size_t>(H) * static_cast<std::size_t>(mine));
+    const MPI_Datatype t = type_of(sizeof(T));
+    BRAID_MPI_CHECK_CTX(MPI_Alltoallv(data, cnt.data(), off.data(), t, pieces, rc.data(), ro.data(), t, comm), ctx());
+    reduce_pieces(pieces, H, static_cast<std::size_t>(mine), data + off[static_cast<std::size_t>(me)], op);
+    BRAID_MPI_CHECK_CTX(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, cnt.data(), off.data(), t, comm), ctx());
+  }
+
+  // dst[i] = finalize(op(piece_0[i], ..., piece_{H-1}[i])) in the accumulator type, pieces in order.
+  template <class T, class Op> void reduce_pieces(const T* pieces, int H, std::size_t m, T* dst, const Op& op) {
+    std::vector<const T*> src(static_cast<std::size_t>(H));
+    for (int j = 0; j < H; ++j) src[static_cast<std::size_t>(j)] = pieces + static_cast<std::size_t>(j) * m;
+    reduce_n<T>(src.data(), H, dst, nullptr, m, op, true, hc_.layout.size);
+  }
+
+  template <class T, class Op> void do_all_reduce(const T* in, T* out, std::size_t count, const Op& op) {
+    const host_layout& L = hc_.layout;
+    if (count == 0) return;
+    if (L.hosts == 1) return local_.all_reduce(in, out, count, op);
+    const detail::without_finalize<Op, T> part{op};
+    const std::size_t n = static_cast<std::size_t>(L.local_size);
+    const std::size_t l = static_cast<std::size_t>(L.local_rank);
+    if (L.uniform) {
+      const std::size_t s = (count + n - 1) / n, padded = s * n;
+      T* buf = scratch<T>(padded);
+      T* slice = buf + l * s;
+      if (padded == count) {
+        local_.reduce_scatter(in, slice, s, part);
+      } else {
+        std::memcpy(static_cast<void*>(buf), in, count * sizeof(T));
+        std::memset(static_cast<void*>(buf + count), 0, (padded - count) * sizeof(T));
+        local_.reduce_scatter(buf, slice, s, part);
+      }
+      cross_all_reduce(slice, s, hc_.cross.get(), L.hosts, L.host, op);
+      if (padded == count) {
+        local_.all_gather(slice, out, s);
+      } else {
+        local_.all_gather(slice, buf, s);
+        std::memcpy(static_cast<void*>(out), buf, count * sizeof(T));
+      }
+      return;
+    }
+    T* buf = scratch<T>(count);
+    local_.reduce(in, buf, count, 0, part);
+    if (L.local_rank == 0) cross_all_reduce(buf, count, hc_.cross.get(), L.hosts, L.host, op);
+    local_.broadcast(buf, out, count, 0);
+  }
+
+  template <class T, class Op> void do_reduce_scatter(const T* in, T* out, std::size_t rc, const Op& op) {
+    const host_layout& L = hc_.layout;
+    if (rc == 0) return;
+    if (L.hosts == 1) return local_.reduce_scatter(in, out, rc, op);
+    const detail::without_finalize<Op, T> part{op};
+    const std::size_t H = static_cast<std::size_t>(L.hosts), N = static_cast<std::size_t>(L.size);
+    const MPI_Datatype t = type_of(sizeof(T));
+    if (L.uniform) {
+      const std::size_t n = static_cast<std::size_t>(L.local_size), l = static_cast<std::size_t>(L.local_rank);
+      T* packed = scratch<T>(N * rc); // group l = blocks of ranks (0, l), (1, l), ..., (H-1, l)
+      for (std::size_t g = 0; g < n; ++g)
+        for (std::size_t h = 0; h < H; ++h)
+          std::memcpy(static_cast<void*>(packed + (g * H + h) * rc), in + static_cast<std::size_t>(L.members[h][g]) * rc, rc * sizeof(T));
+      T* group = packed + l * H * rc;
+      local_.reduce_scatter(packed, group, H * rc, part);
+      T* pieces = staging<T>(H * rc);
+      BRAID_MPI_CHECK_CTX(MPI_Alltoall(group, static_cast<int>(rc), t, pieces, static_cast<int>(rc), t, hc_.cross.get()), ctx());
+      reduce_pieces(pieces, L.hosts, rc, out, op);
+      return;
+    }
+    // Leaders: the host's partial of everything, then each leader reduces its own host's blocks.
+    T* buf = scratch<T>(N * rc + static_cast<std::size_t>(L.local_size) * rc);
+    T* host_result = buf + N * rc; // this host's blocks, by local rank
+    local_.reduce(in, buf, N * rc, 0, part);
+    if (L.local_rank == 0) {
+      std::vector<int> sc(H), so(H), rcn(H), ro(H);
+      const int mine = L.host_size[static_cast<std::size_t>(L.host)] * static_cast<int>(rc);
+      T* send = staging<T>(N * rc + H * static_cast<std::size_t>(mine));
+      T* recv = send + N * rc; // H pieces of `mine` elements
+      for (std::size_t h = 0, o = 0; h < H; ++h) {
+        so[h] = static_cast<int>(o);
+        for (int q : L.members[h]) {
+          std::memcpy(static_cast<void*>(send + o), buf + static_cast<std::size_t>(q) * rc, rc * sizeof(T));
+          o += rc;
+        }
+        sc[h] = static_cast<int>(o) - so[h];
+        rcn[h] = mine;
+        ro[h] = static_cast<int>(h) * mine;
+      }
+      BRAID_MPI_CHECK_CTX(MPI_Alltoallv(send, sc.data(), so.data(), t, recv, rcn.data(), ro.data(), t, hc_.cross.get()), ctx());
+      reduce_pieces(recv, L.hosts, static_cast<std::size_t>(mine), host_result, op);
+    }
+    const std::size_t hn = static_cast<std::size_t>(L.local_size) * rc;
+    local_.broadcast(host_result, host_result, hn, 0);
+    std::memcpy(static_cast<void*>(out), host_result + static_cast<std::size_t>(L.local_rank) * rc, rc * sizeof(T));
+  }
+
+  template <class T> void do_all_gather(const T* in, T* out, std::size_t sc) {
+    const host_layout& L = hc_.layout;
+    if (sc == 0) return;
+    if (L.hosts == 1) return local_.all_gather(in, out, sc);
+    const std::size_t H = static_cast<std::size_t>(L.hosts), N = static_cast<std::size_t>(L.size);
+    const MPI_Datatype t = type_of(sizeof(T));
+    if (L.uniform) {
+      const std::size_t n = static_cast<std::size_t>(L.local_size), l = static_cast<std::size_t>(L.local_rank);
+      T* buf = scratch<T>(N * sc); // group g = blocks of ranks (0, g), ..., (H-1, g)
+      BRAID_MPI_CHECK_CTX(MPI_Allgather(in, static_cast<int>(sc), t, buf + l * H * sc, static_cast<int>(sc), t, hc_.cross.get()), ctx());
+      local_.all_gather(buf + l * H * sc, buf, H * sc);
+      for (std::size_t g = 0; g < n; ++g)
+        for (std::size_t h = 0; h < H; ++h)
+          std::memcpy(static_cast<void*>(out + static_cast<std::size_t>(L.members[h][g]) * sc), buf + (g * H + h) * sc, sc * sizeof(T));
+      return;
+    }
+    const std::size_t hn = static_cast<std::size_t>(L.local_size) * sc;
+    T* buf = scratch<T>(hn + N * sc);
+    T* all = buf + hn; // blocks by (host, local rank)
+    local_.all_gather(in, buf, sc);
+    if (L.local_rank == 0) {
+      std::vector<int> cnt(H), off(H);
+      for (std::size_t h = 0, o = 0; h < H; ++h) {
+        cnt[h] = L.host_size[h] * static_cast<int>(sc);
+        off[h] = static_cast<int>(o);
+        o += static_cast<std::size_t>(cnt[h]);
+      }
+      BRAID_MPI_CHECK_CTX(MPI_Allgatherv(buf, static_cast<int>(hn), t, all, cnt.data(), off.data(), t, hc_.cross.get()), ctx());
+    }
+    local_.broadcast(all, all, N * sc, 0);
+    for (std::size_t h = 0, o = 0; h < H; ++h)
+      for (int q : L.members[h]) {
+        std::memcpy(static_cast<void*>(out + static_cast<std::size_t>(q) * sc), all + o, sc * sizeof(T));
+        o += sc;
+      }
+  }
+
+  template <class T> void do_broadcast(const T* in, T* out, std::size_t count, int root) {
+    const host_layout& L = hc_.layout;
+    if (count == 0) return;
+    if (L.hosts == 1) return local_.broadcast(in, out, count, root);
+    const int rh = L.host_of[static_cast<std::size_t>(root)], rl = L.local_of[static_cast<std::size_t>(root)];
+    const MPI_Datatype t = type_of(sizeof(T));
+    const int c = static_cast<int>(count);
+    if (L.uniform) {
+      if (L.rank == root && in != out) std::memcpy(static_cast<void*>(out), in, count * sizeof(T));
+      if (L.local_rank == rl) BRAID_MPI_CHECK_CTX(MPI_Bcast(out, c, t, rh, hc_.cross.get()), ctx());
+      local_.broadcast(out, out, count, rl);
+      return;
+    }
+    if (L.host == rh) local_.broadcast(in, out, count, rl);
+    if (L.local_rank == 0) BRAID_MPI_CHECK_CTX(MPI_Bcast(out, c, t, rh, hc_.cross.get()), ctx());
+    if (L.host != rh) local_.broadcast(out, out, count, 0);
+  }
+
+  host_comms hc_;
+  braid::communicator local_;
+  bool live_ = false, failed_ = false;
+  std::string failure_;
+  const char* what_ = nullptr;
+  std::uint64_t seq_ = 0;
+  std::map<std::size_t, MPI_Datatype> types_;
+  buffer<std::uint64_t> scratch_;
+  std::vector<std::uint64_t> staging_;
+};
+
+} // namespace braid::mpi
