@@ -2,7 +2,7 @@
 # Installs the Debian packages braid's build, tests and benchmarks use (skips what is present).
 # The CUDA toolkit is not installed here: the CUDA parts build when nvcc is found.
 set -euo pipefail
-pkgs=(cmake ninja-build g++ doctest-dev libbenchmark-dev libopenblas-dev zlib1g-dev dataset-fashion-mnist clang libclang-rt-14-dev "$@")
+pkgs=(cmake ninja-build g++ doctest-dev libbenchmark-dev libopenblas-dev zlib1g-dev dataset-fashion-mnist clang libclang-rt-14-dev openmpi-bin libopenmpi-dev "$@")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
