@@ -100,7 +100,7 @@ public:
   };
   [[nodiscard]] no_sync_guard no_sync() { return no_sync_guard(*this); }
 
-  module<T>& module_ref() { return m_; }
+  nn::module<T>& module_ref() { return m_; }
   communicator& comm() { return comm_; }
   std::size_t bucket_count() const { return buckets_.size(); }
   std::vector<std::size_t> bucket_sizes_bytes() const {
@@ -175,7 +175,7 @@ private:
     }
   }
 
-  module<T>& m_;
+  nn::module<T>& m_;
   communicator& comm_;
   ddp_options opts_;
   std::vector<bucket> buckets_;
