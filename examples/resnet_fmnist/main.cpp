@@ -6,7 +6,8 @@
 //
 // Prints a progress line (epoch, step/steps, loss, running accuracy, images/s) every --log-every
 // steps and the test accuracy after each epoch; writes the curves to --csv; saves a checkpoint after
-// each epoch to --checkpoint (when given) and continues from one with --resume.
+// each epoch to --checkpoint (when given) and continues from one with --resume (--stop-after E ends
+// the run after E epochs, as an interruption would).
 #include <braid/braid.hpp>
 #include <braid/nn.hpp>
 
@@ -39,6 +40,7 @@ struct config {
   std::string resume, checkpoint_path, csv = "resnet_fmnist.csv", data_dir = fashion_mnist_dir;
   std::int64_t train_subset = 0, test_subset = 0; // 0 = all
   int blocks = 3, width = 16;
+  int stop_after = 0;        // end this invocation after so many epochs (0: run to --epochs)
   int log_every = 50;
   int warmup_epochs_pct = 3; // warmup steps as % of all steps
   int blas_threads = 0;      // 0: cores / ranks
@@ -53,7 +55,7 @@ struct config {
                "         [--optimizer sgd|adamw|lamb] [--precision fp32|bf16] [--resume FILE]\n"
                "         [--checkpoint FILE] [--csv FILE] [--train-subset N] [--test-subset N] [--blocks n]\n"
                "         [--width W] [--wd X] [--log-every S] [--seed S] [--blas-threads T] [--no-augment]\n"
-               "         [--data DIR]\n",
+               "         [--stop-after E] [--data DIR]\n",
                why);
   std::exit(2);
 }
@@ -93,6 +95,7 @@ config parse(int argc, char** argv) {
     else if (a == "--seed") c.seed = std::uint64_t(num());
     else if (a == "--blas-threads") c.blas_threads = int(num());
     else if (a == "--no-augment") c.augment = false;
+    else if (a == "--stop-after") c.stop_after = int(num());
     else if (a == "-h" || a == "--help") usage("help");
     else usage(("unknown flag " + a).c_str());
   }
@@ -204,7 +207,8 @@ int main(int argc, char** argv) {
       const augment aug = cfg.augment ? augment{2, true} : augment{};
       const auto t0 = clock_type::now();
 
-      for (; epoch < cfg.epochs; ++epoch) {
+      int epochs_run = 0;
+      for (; epoch < cfg.epochs && !(cfg.stop_after > 0 && epochs_run == cfg.stop_after); ++epoch, ++epochs_run) {
         model->set_training(true);
         const auto idx = sampler.indices(epoch);
         double loss_sum = 0, seen = 0, correct = 0; // global, as of the last progress line
