@@ -14,6 +14,8 @@
 #include <cmath>
 #include <random>
 
+#include "../support/fork_ranks.hpp"
+
 using namespace braid::nn;
 
 namespace {
@@ -121,7 +123,30 @@ void check_close(const std::vector<std::vector<float>>& a, const std::vector<std
   CHECK(worst < 2e-5);
 }
 
+double max_rel_diff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    for (std::size_t j = 0; j < a[i].size(); ++j)
+      worst = std::max(worst, std::abs(double(a[i][j]) - double(b[i][j])) / (1.0 + std::abs(double(b[i][j]))));
+  return worst;
+}
+
 } // namespace
+
+// First in this file (doctest runs a file's cases in order), so the fork happens before any thread.
+TEST_CASE("processes: 2 ranks on B/2 equal 1 rank on B (BatchNorm in eval mode)") {
+  const int B = 16, steps = 4;
+  const auto status = braid::testing::fork_ranks(2, [&](int rank, const braid::unique_id& id) {
+    const batch_data d = make_data(steps, B);
+    const auto ref = train(nullptr, true, d, B);
+    braid::communicator c = braid::communicator::join(id, rank, 2);
+    const auto w = train(&c, true, d, B);
+    const double worst = max_rel_diff(w, ref);
+    if (worst >= 2e-5) std::fprintf(stderr, "rank %d: relative difference %g\n", rank, worst);
+    return worst < 2e-5 ? 0 : 1;
+  });
+  CHECK(status == std::vector<int>{0, 0});
+}
 
 TEST_CASE("k ranks on B/k equal 1 rank on B (k = 2, 4; with BatchNorm in eval mode and without)") {
   const int B = 16, steps = 6;

@@ -181,7 +181,10 @@ public:
   }
   std::string str() const {
     std::string s = "[";
-    for (int i = 0; i < rank_; ++i) s += (i ? "," : "") + std::to_string(d_[std::size_t(i)]);
+    for (int i = 0; i < rank_; ++i) {
+      if (i) s += ',';
+      s += std::to_string(d_[std::size_t(i)]);
+    }
     return s + "]";
   }
 
