@@ -20,6 +20,7 @@
 //    from then on the communicator refuses further calls (usage_error); build a new one to go on.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -180,6 +181,8 @@ public:
     busy_guard g(live());
     impl& p = enter(g.p, "barrier");
     guarded(p, [&] {
+      if (p.opts.debug && p.cx.nranks > 1)
+        check_fingerprint(p, {static_cast<std::uint64_t>(collective::barrier) | std::uint64_t{0xffffff} << 8, 0, 0, ++p.collectives});
       if (p.cx.nranks > 1) host::run_barrier(p.cx);
     });
   }
@@ -274,6 +277,7 @@ private:
     host::rank_context cx;
     options opts;
     std::uint64_t seq = 0;
+    std::uint64_t collectives = 0; // calls every rank makes (collectives, barrier): debug fingerprints
     bool failed = false;
     std::string failure;
     std::atomic<bool> busy{false};
@@ -419,7 +423,7 @@ private:
     const detail::call_shape sh = detail::validate_call<c, T>(in, out, count, root, n, r, co.algorithm, p.cx.ctx);
     const bool reads_in = sh.reads_in, writes_out = sh.writes_out, in_place = sh.in_place;
     const std::size_t in_n = sh.in_n, out_n = sh.out_n;
-    if (count == 0) return;
+    if (count == 0 && !p.opts.debug) return; // debug mode checks even empty calls' fingerprints
     const algo a = algorithm_for(c, static_cast<std::uint64_t>(in_n) * sizeof(T), co.algorithm);
     if (!supports(a, c)) detail::raise_unsupported_algorithm(a, c, p.cx.ctx);
     bool fits = true;
@@ -428,6 +432,15 @@ private:
       raise(errc::unsupported, "staging memory (options::staging_bytes) too small for " + std::string(name(a)) +
                                    " with " + std::to_string(n) + " ranks and " + std::to_string(sizeof(T)) + "-byte elements", p.cx.ctx);
     guarded(p, [&] {
+      if (p.opts.debug && n > 1) {
+        const bool rooted = c == collective::broadcast || c == collective::reduce;
+        check_fingerprint(p, {static_cast<std::uint64_t>(c) | static_cast<std::uint64_t>(dtype_of_v<T>) << 8 |
+                                  static_cast<std::uint64_t>(op_kind_v<Op>) << 16 | static_cast<std::uint64_t>(a) << 24 |
+                                  static_cast<std::uint64_t>(sizeof(T) & 0xffffffu) << 32,
+                              static_cast<std::uint64_t>(count), rooted ? static_cast<std::uint64_t>(root) + 1 : 0,
+                              ++p.collectives});
+      }
+      if (count == 0) return;
       if (n == 1) {
         if (!writes_out) return;
         const bool reduces = c == collective::all_reduce || c == collective::reduce || c == collective::reduce_scatter;
@@ -450,6 +463,82 @@ private:
       const host::collective_buffers b{in, out, count, root, desc != 0, desc};
       schedule::with_supported_schedule<c>(a, [&](auto s) { host::run_schedule<decltype(s), T>(p.cx, c, b, op); });
     });
+  }
+
+  // ---- debug mode (options::debug, BRAID_DEBUG=1): every rank checks every peer's call fingerprint ----
+  // fp = {collective | dtype << 8 | op << 16 | algorithm << 24 | sizeof(T) << 32, count, root + 1 (0 when
+  // the collective has none), number of this call among the calls every rank makes}.
+  static std::string describe_fingerprint(const std::array<std::uint64_t, 4>& fp) {
+    const auto c = static_cast<collective>(fp[0] & 0xff);
+    if (c == collective::barrier) return "barrier (collective call " + std::to_string(fp[3]) + ")";
+    const auto t = static_cast<dtype>((fp[0] >> 8) & 0xff);
+    const auto k = static_cast<op_kind>((fp[0] >> 16) & 0xff);
+    std::string s = std::string(name(c)) + " (collective call " + std::to_string(fp[3]) + "): " +
+                    (t == dtype::custom ? std::to_string(fp[0] >> 32) + "-byte custom type" : std::string(name(t)));
+    if (c == collective::all_reduce || c == collective::reduce || c == collective::reduce_scatter) s += ", " + std::string(name(k));
+    s += ", count " + std::to_string(fp[1]);
+    if (fp[2]) s += ", root " + std::to_string(fp[2] - 1);
+    s += ", algorithm " + std::string(name(static_cast<algo>((fp[0] >> 24) & 0xff)));
+    return s;
+  }
+
+  // Waits (bounded, like every wait) until a peer's fingerprint word reaches target. Another rank's
+  // published mismatch is raised here as a mismatch_error too, so that every rank reports the mismatch.
+  static void wait_fingerprint(impl& p, int q, const std::atomic<std::uint64_t>& word, std::uint64_t target) {
+    host::rank_context& cx = p.cx;
+    const auto start = std::chrono::steady_clock::now();
+    for (std::uint32_t spins = 0;; ++spins) {
+      if (word.load(std::memory_order_acquire) >= target) return;
+      if (spins % 64 != 63) {
+        BRAID_CPU_RELAX();
+        continue;
+      }
+      if (const std::uint64_t w = cx.seg.header().abort_word.load(std::memory_order_acquire)) {
+        if (word.load(std::memory_order_acquire) >= target) return;
+        if (static_cast<errc>((w >> 32) & 0x7fffffffu) == errc::mismatch) {
+          error_context e = cx.ctx;
+          e.peer = static_cast<int>(w & 0xffffffffu) - 1;
+          raise(errc::mismatch, "rank " + std::to_string(e.peer) + " found mismatched calls: " +
+                                    std::string(cx.seg.header().abort_message), e);
+        }
+        cx.check_abort(q);
+      }
+      if (!cx.peer_present(q)) cx.fail_peer(q);
+      if (std::chrono::steady_clock::now() - start > cx.timeout) cx.fail_timeout(q);
+      if (spins > 4096) {
+        const timespec ts{0, 50'000};
+        nanosleep(&ts, nullptr);
+      } else {
+        sched_yield();
+      }
+    }
+  }
+
+  // Publishes this call's fingerprint, waits for every peer's and compares; a difference raises
+  // mismatch_error naming both calls before any data moves. Returns once every peer compared too, so
+  // that no rank overwrites its fingerprint while a peer may still read it.
+  static void check_fingerprint(impl& p, const std::array<std::uint64_t, 4>& fp) {
+    host::rank_context& cx = p.cx;
+    const int n = cx.nranks, r = cx.rank;
+    host::rank_control& me = cx.self();
+    for (std::size_t i = 0; i < 4; ++i) me.fingerprint[i] = fp[i];
+    me.fingerprint_seq.store(fp[3], std::memory_order_release);
+    for (int q = 0; q < n; ++q)
+      if (q != r) wait_fingerprint(p, q, cx.seg.rank(q).fingerprint_seq, fp[3]);
+    for (int q = 0; q < n; ++q) {
+      if (q == r) continue;
+      const host::rank_control& o = cx.seg.rank(q);
+      const std::array<std::uint64_t, 4> theirs{o.fingerprint[0], o.fingerprint[1], o.fingerprint[2], o.fingerprint[3]};
+      if (theirs != fp) {
+        error_context e = cx.ctx;
+        e.peer = q;
+        raise(errc::mismatch, "mismatched calls (BRAID_DEBUG): rank " + std::to_string(r) + " called " + describe_fingerprint(fp) +
+                                  "; rank " + std::to_string(q) + " called " + describe_fingerprint(theirs), e);
+      }
+    }
+    me.fingerprint_checked.store(fp[3], std::memory_order_release);
+    for (int q = 0; q < n; ++q)
+      if (q != r) wait_fingerprint(p, q, cx.seg.rank(q).fingerprint_checked, fp[3]);
   }
 
   static void do_sendrecv(impl& p, const void* sdata, std::size_t sbytes, int speer, void* rdata, std::size_t rbytes,
@@ -579,8 +668,11 @@ inline communicator communicator::join(const unique_id& id, int rank, int nranks
       p.cx.peer_pidfd[static_cast<std::size_t>(q)] =
           static_cast<int>(::syscall(SYS_pidfd_open, res.pids[static_cast<std::size_t>(q)], 0));
   // Everyone is attached once every rank passed this barrier; only then may a rank's exit be an error.
+  const bool debug = p.opts.debug;
+  p.opts.debug = false; // the joining barrier is not one of the user's calls: no fingerprint, no number
   c.barrier();
-  p.seq = 0; // the joining barrier is not one of the user's calls
+  p.opts.debug = debug;
+  p.seq = 0;
   return c;
 }
 

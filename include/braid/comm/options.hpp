@@ -3,7 +3,9 @@
 //   BRAID_ALGO           "ring" for every collective that has it, or per collective:
 //                        "all_reduce=two_shot,broadcast=tree"                        (default: tuning table)
 //   BRAID_STAGING_BYTES  staging memory per rank, both halves together              (default 8 MiB)
-//   BRAID_DEBUG          1: check that every rank calls the same collective (issue 6 work)
+//   BRAID_DEBUG          1: before any data moves, every rank checks that every peer makes the same call
+//                        (collective, type, operator, algorithm, count, root); a difference is a
+//                        mismatch_error on every rank naming both calls. Set it on every rank or none.
 #pragma once
 
 #include <chrono>

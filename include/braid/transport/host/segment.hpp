@@ -47,9 +47,13 @@ struct alignas(control_stride) rank_control {
   // Where this rank's input for rounds of parity h is: 0 = staged in its window; otherwise a pointer
   // (threads) or a registered-buffer descriptor (processes) to the start of the user's input.
   std::uint64_t in_desc[2];
-  // Debug-mode fingerprint of the current call (collective, type, op, count, root, sequence).
+  // Debug-mode fingerprint of the current call (collective, type, op, count, root, sequence):
+  // fingerprint[] is written, then fingerprint_seq stored with release; once this rank compared every
+  // peer's fingerprint it stores fingerprint_checked. A rank rewrites its fingerprint only after every
+  // peer checked the previous one, so a reader that acquired fingerprint_seq reads a stable value.
   std::atomic<std::uint64_t> fingerprint_seq;
   std::uint64_t fingerprint[4];
+  std::atomic<std::uint64_t> fingerprint_checked;
 };
 
 // Send/recv between an ordered pair (sender s, receiver d): the sender publishes a message header and
