@@ -51,6 +51,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -168,6 +169,18 @@ public:
     requires reduction_for<Op, T>
   void all_reduce(std::span<T> data, Op op = {}) { all_reduce(data.data(), data.data(), data.size(), op); }
   template <element T> void broadcast(std::span<T> data, int root) { broadcast(data.data(), data.data(), data.size(), root); }
+  template <element T, class Op = sum<>>
+    requires reduction_for<Op, T>
+  void reduce_scatter(std::span<const T> in, std::span<T> out, Op op = {}) {
+    if (in.size() != out.size() * static_cast<std::size_t>(size()))
+      raise(errc::invalid_argument, "reduce_scatter: in.size() must equal out.size() * size()", error_context{rank(), "reduce_scatter", 0, -1});
+    reduce_scatter(in.data(), out.data(), out.size(), op);
+  }
+  template <element T> void all_gather(std::span<const T> in, std::span<T> out) {
+    if (out.size() != in.size() * static_cast<std::size_t>(size()))
+      raise(errc::invalid_argument, "all_gather: out.size() must equal in.size() * size()", error_context{rank(), "all_gather", 0, -1});
+    all_gather(in.data(), out.data(), in.size());
+  }
 
 private:
   const host_layout& lay() const {
