@@ -17,7 +17,9 @@ namespace braid {
 template <class F> void run_threads(int n, F&& fn, const options& opts = options::from_env()) {
   thread_group group(n, opts);
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
-  std::vector<bool> secondary(static_cast<std::size_t>(n), false);
+  // One byte per rank: each thread writes its own element (std::vector<bool> would pack them into
+  // shared words, and concurrent writes to one word are a data race).
+  std::vector<unsigned char> secondary(static_cast<std::size_t>(n), 0);
   std::vector<std::thread> threads;
   threads.reserve(static_cast<std::size_t>(n));
   std::vector<communicator> comms;
