@@ -15,7 +15,8 @@
 // before and after every output buffer are untouched; a non-root's output of reduce is untouched; an
 // out-of-place input is unchanged. Any braid error, or a rank that does not finish, is a failure too.
 // The first failure of an epoch prints its epoch seed, so `--epoch SEED ...` replays it exactly.
-// Exit status: 0 when there was no wrong element and no failure.
+// Exit status: 0 when there was no wrong element and no failure. --self-check corrupts one bit per call
+// on rank 0 after the call: such a run must fail (the test_soak_self_check CTest test expects it to).
 #include <braid/braid.hpp>
 #include <support/fork_ranks.hpp>
 
@@ -206,6 +207,10 @@ struct region { // an element range inside a byte buffer with guards on both sid
   }
 };
 
+// --self-check: rank 0 flips one bit of one output element after every call with output, so a run
+// must report wrong elements (proves the checker can fail).
+bool corrupt = false;
+
 struct tally {
   std::atomic<long long> calls{0}, elements{0}, wrong{0}, failures{0}, unsupported{0};
   std::atomic<int> printed{0};
@@ -278,6 +283,8 @@ void run_call(communicator& comm, const epoch_spec& e, std::size_t i, Op op, tal
     if (out.raw != out_before) { ++t.wrong; report(t, e, i, r, "a zero-count call changed memory"); }
     return;
   }
+  if (corrupt && r == 0 && out_n && (c.coll != collective::reduce || r == c.root))
+    reinterpret_cast<unsigned char*>(outp)[(out_n / 2) * sizeof(T)] ^= 1;
   long long wrong = 0;
   std::size_t first_bad = SIZE_MAX;
   auto check = [&](std::size_t k, const T& want) {
@@ -415,8 +422,9 @@ int main(int argc, char** argv) {
     else if (a == "--epoch") { one_epoch = std::strtoull(value(), nullptr, 0); replay = true; }
     else if (a == "--epoch-mode") mode = parse_mode(value());
     else if (a == "--epoch-ranks") epoch_ranks = std::atoi(value());
+    else if (a == "--self-check") corrupt = true;
     else { std::fprintf(stderr, "usage: braid-soak [--seconds S] [--seed X] [--mode threads|processes|both] [--max-ranks N]\n"
-                                "                  [--epoch SEED --epoch-mode M --epoch-ranks N]\n"); return 2; }
+                                "                  [--epoch SEED --epoch-mode M --epoch-ranks N] [--self-check]\n"); return 2; }
   }
   if (!have_seed)
     seed = mix(static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
