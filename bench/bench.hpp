@@ -99,7 +99,7 @@ inline double bus_factor(collective c, int n) {
 }
 
 // ---- configuration -------------------------------------------------------------------------------
-enum class backend_kind { threads, procs };
+enum class backend_kind { threads, procs, cuda, nccl };
 
 struct config {
   std::vector<collective> colls;
@@ -113,6 +113,7 @@ struct config {
   std::string csv;
   double timeout_s = 0; // 0: options::from_env() (BRAID_TIMEOUT, default 300 s)
   bool inject_fault = false; // tests the checker: the last rank flips a bit of its output
+  bool kernel = false;       // --kernel (CUDA): the reduce-copy loop alone against cudaMemcpy
 };
 
 inline std::vector<std::uint64_t> sizes_of(const config& cfg) {
@@ -479,69 +480,30 @@ struct half_result {
   bool checked = false;
 };
 
-// ---- one rank ------------------------------------------------------------------------------------
-class rank_runner {
+// ---- the table: nccl-tests' layout, one per collective and algorithm ------------------------------
+// Used on the rank that prints (rank 0, or the one host thread of the CUDA backend).
+class table_printer {
 public:
-  rank_runner(braid::communicator& comm, const config& cfg, board& bd, std::chrono::nanoseconds timeout)
-      : comm_(comm), cfg_(cfg), bd_(bd), timeout_(timeout), r_(comm.rank()), n_(comm.size()) {}
-
-  // Runs everything; returns the exit status (meaningful on rank 0).
-  int run() {
-    if (r_ == 0) {
-      if (!cfg_.csv.empty()) {
-        csv_ = std::fopen(cfg_.csv.c_str(), "w");
-        if (!csv_) std::fprintf(stderr, "braid-bench: cannot write %s\n", cfg_.csv.c_str());
-        else std::fprintf(csv_, "collective,algorithm,backend,nranks,size,count,type,redop,root,time_us,algbw,busbw,"
-                                "wrong,time_us_ip,algbw_ip,busbw_ip,wrong_ip\n");
-      }
-      print_global_header();
-    }
-    const auto sizes = sizes_of(cfg_);
-    for (collective c : cfg_.colls) {
-      if (c == collective::send_recv && n_ < 2) {
-        if (r_ == 0) std::printf("#\n# sendrecv needs at least 2 ranks: skipped\n");
-        continue;
-      }
-      const auto algos = algos_for(cfg_, c);
-      if (algos.empty() && r_ == 0) std::printf("#\n# %s: none of the requested algorithms implements it: skipped\n",
-                                                std::string(coll_name(c)).c_str());
-      for (algo a : algos) run_table(c, a, sizes);
-    }
-    if (r_ == 0) {
-      if (tables_ > 1)
-        std::printf("#\n# braid-bench summary: %d tables, %d rows, %" PRId64 " wrong values in %d results: %s\n",
-                    tables_, rows_, total_wrong_, total_oob_, total_oob_ ? "FAILED" : "OK");
-      if (csv_) std::fclose(csv_);
-      std::fflush(stdout);
-    }
-    return total_oob_ ? exit_wrong : exit_ok;
+  table_printer(const config& cfg, int nranks, const char* backend) : cfg_(cfg), n_(nranks), backend_(backend) {}
+  table_printer(const table_printer&) = delete;
+  table_printer& operator=(const table_printer&) = delete;
+  ~table_printer() {
+    if (csv_) std::fclose(csv_);
   }
 
-private:
-  braid::communicator& comm_;
-  const config& cfg_;
-  board& bd_;
-  std::chrono::nanoseconds timeout_;
-  int r_, n_;
-  int parity_ = 0;
-  std::uint64_t salt_ = 0;
-  std::uint64_t barrier_epoch_ = 0;
-  FILE* csv_ = nullptr;
-  // rank 0's totals
-  int tables_ = 0, rows_ = 0, total_oob_ = 0;
-  std::int64_t total_wrong_ = 0;
-  // current table
-  int table_oob_ = 0;
-  double bw_sum_ = 0;
-  int bw_count_ = 0;
-
-  const char* backend_name() const { return cfg_.backend == backend_kind::threads ? "threads" : "procs"; }
+  void open_csv() {
+    if (cfg_.csv.empty()) return;
+    csv_ = std::fopen(cfg_.csv.c_str(), "w");
+    if (!csv_) std::fprintf(stderr, "braid-bench: cannot write %s\n", cfg_.csv.c_str());
+    else std::fprintf(csv_, "collective,algorithm,backend,nranks,size,count,type,redop,root,time_us,algbw,busbw,"
+                            "wrong,time_us_ip,algbw_ip,busbw_ip,wrong_ip\n");
+  }
 
   void print_global_header() {
     char host[256] = "?";
     ::gethostname(host, sizeof host - 1);
     std::printf("# braid-bench %d.%d.%d: nranks %d backend %s\n", BRAID_VERSION_MAJOR, BRAID_VERSION_MINOR,
-                BRAID_VERSION_PATCH, n_, backend_name());
+                BRAID_VERSION_PATCH, n_, backend_);
     std::printf("# minBytes %" PRIu64 " maxBytes %" PRIu64 " step: %" PRIu64 "(%s) warmup iters: %d iters: %d "
                 "validation: %d\n",
                 cfg_.min_bytes, cfg_.max_bytes, cfg_.step_bytes ? cfg_.step_bytes : cfg_.factor,
@@ -551,8 +513,12 @@ private:
   }
 
   void print_table_header(collective c, algo a) {
+    table_oob_ = 0;
+    bw_sum_ = 0;
+    bw_count_ = 0;
+    ++tables_;
     std::printf("#\n# braid-bench collective %s nranks %d backend %s algorithm %s\n#\n",
-                std::string(coll_name(c)).c_str(), n_, backend_name(),
+                std::string(coll_name(c)).c_str(), n_, backend_,
                 has_algorithms(c) ? std::string(braid::name(a)).c_str() : "n/a");
     std::printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "",
                 "", "", "");
@@ -562,50 +528,31 @@ private:
                 "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
   }
 
-  void run_table(collective c, algo a, const std::vector<std::uint64_t>& sizes) {
-    table_oob_ = 0;
-    bw_sum_ = 0;
-    bw_count_ = 0;
-    if (r_ == 0) {
-      ++tables_;
-      print_table_header(c, a);
-    }
-    if (c == collective::barrier) {
-      run_barrier_row();
-    } else {
-      for (dtype t : cfg_.types) {
-        const std::vector<op_kind> ops = has_reduction(c) ? cfg_.ops : std::vector<op_kind>{op_kind::sum};
-        for (op_kind k : ops)
-          for (std::uint64_t size : sizes)
-            braid::visit(t, [&](auto tag) { run_row<typename decltype(tag)::type>(c, a, t, k, size); });
-      }
-    }
-    if (r_ == 0) {
-      std::printf("# Out of bounds values : %d %s\n", table_oob_, table_oob_ ? "FAILED" : "OK");
-      std::printf("# Avg bus bandwidth    : %g \n", bw_count_ ? bw_sum_ / bw_count_ : 0.0);
-      std::fflush(stdout);
-    }
+  void print_table_footer() {
+    std::printf("# Out of bounds values : %d %s\n", table_oob_, table_oob_ ? "FAILED" : "OK");
+    std::printf("# Avg bus bandwidth    : %g \n", bw_count_ ? bw_sum_ / bw_count_ : 0.0);
+    std::fflush(stdout);
   }
 
-  // Publishes this rank's record; returns the aggregate (valid on rank 0).
-  record exchange(const record& mine) {
-    board_slot& s = bd_.slot(parity_, r_);
-    s.time_bits.store(std::bit_cast<std::uint64_t>(mine.time_us), std::memory_order_relaxed);
-    s.wrong.store(mine.wrong, std::memory_order_relaxed);
-    s.hash.store(mine.hash, std::memory_order_release);
-    bd_.sync(timeout_);
-    record all;
-    if (r_ == 0) {
-      for (int q = 0; q < n_; ++q) {
-        board_slot& o = bd_.slot(parity_, q);
-        const std::uint64_t h = o.hash.load(std::memory_order_acquire);
-        all.time_us = std::max(all.time_us, std::bit_cast<double>(o.time_bits.load(std::memory_order_relaxed)));
-        all.wrong += o.wrong.load(std::memory_order_relaxed);
-        if (mine.compare_hash && h != mine.hash) ++all.wrong; // this rank's bits differ from rank 0's
-      }
-    }
-    parity_ ^= 1;
-    return all;
+  // The run's summary line; returns the exit status.
+  int print_summary() {
+    if (tables_ > 1)
+      std::printf("#\n# braid-bench summary: %d tables, %d rows, %" PRId64 " wrong values in %d results: %s\n",
+                  tables_, rows_, total_wrong_, total_oob_, total_oob_ ? "FAILED" : "OK");
+    std::fflush(stdout);
+    return total_oob_ ? exit_wrong : exit_ok;
+  }
+
+  // A timed (and maybe checked) half row from the time per call (max over ranks) and the wrong count.
+  half_result finish(collective c, std::uint64_t size, double time_us, std::int64_t wrong, bool checked) const {
+    half_result h;
+    h.valid = true;
+    h.time_us = time_us;
+    h.algbw = time_us > 0 ? static_cast<double>(size) / 1e9 / (time_us * 1e-6) : 0.0;
+    h.busbw = h.algbw * bus_factor(c, n_);
+    h.wrong = wrong;
+    h.checked = checked;
+    return h;
   }
 
   void account(const half_result& h) {
@@ -642,7 +589,7 @@ private:
     std::fflush(stdout);
     if (csv_) {
       std::fprintf(csv_, "%s,%s,%s,%d,%" PRIu64 ",%" PRIu64 ",%s,%s,%d", std::string(coll_name(c)).c_str(),
-                   has_algorithms(c) ? std::string(braid::name(a)).c_str() : "n/a", backend_name(), n_, size, count,
+                   has_algorithms(c) ? std::string(braid::name(a)).c_str() : "n/a", backend_, n_, size, count,
                    std::string(type).c_str(), std::string(redop).c_str(), root);
       for (const half_result* h : {&oop, &ip}) {
         if (!h->valid) std::fprintf(csv_, ",,,,");
@@ -654,15 +601,94 @@ private:
     }
   }
 
-  half_result finish(collective c, std::uint64_t size, const record& all, bool checked) {
-    half_result h;
-    h.valid = true;
-    h.time_us = all.time_us;
-    h.algbw = all.time_us > 0 ? static_cast<double>(size) / 1e9 / (all.time_us * 1e-6) : 0.0;
-    h.busbw = h.algbw * bus_factor(c, n_);
-    h.wrong = all.wrong;
-    h.checked = checked;
-    return h;
+private:
+  const config& cfg_;
+  int n_;
+  const char* backend_;
+  FILE* csv_ = nullptr;
+  int tables_ = 0, rows_ = 0, total_oob_ = 0;
+  std::int64_t total_wrong_ = 0;
+  int table_oob_ = 0;
+  double bw_sum_ = 0;
+  int bw_count_ = 0;
+};
+
+// ---- one rank ------------------------------------------------------------------------------------
+class rank_runner {
+public:
+  rank_runner(braid::communicator& comm, const config& cfg, board& bd, std::chrono::nanoseconds timeout)
+      : comm_(comm), cfg_(cfg), bd_(bd), timeout_(timeout), r_(comm.rank()), n_(comm.size()),
+        out_(cfg, comm.size(), cfg.backend == backend_kind::threads ? "threads" : "procs") {}
+
+  // Runs everything; returns the exit status (meaningful on rank 0).
+  int run() {
+    if (r_ == 0) {
+      out_.open_csv();
+      out_.print_global_header();
+    }
+    const auto sizes = sizes_of(cfg_);
+    for (collective c : cfg_.colls) {
+      if (c == collective::send_recv && n_ < 2) {
+        if (r_ == 0) std::printf("#\n# sendrecv needs at least 2 ranks: skipped\n");
+        continue;
+      }
+      const auto algos = algos_for(cfg_, c);
+      if (algos.empty() && r_ == 0) std::printf("#\n# %s: none of the requested algorithms implements it: skipped\n",
+                                                std::string(coll_name(c)).c_str());
+      for (algo a : algos) run_table(c, a, sizes);
+    }
+    return r_ == 0 ? out_.print_summary() : exit_ok;
+  }
+
+private:
+  braid::communicator& comm_;
+  const config& cfg_;
+  board& bd_;
+  std::chrono::nanoseconds timeout_;
+  int r_, n_;
+  int parity_ = 0;
+  std::uint64_t salt_ = 0;
+  std::uint64_t barrier_epoch_ = 0;
+  table_printer out_; // rank 0 prints
+
+  void run_table(collective c, algo a, const std::vector<std::uint64_t>& sizes) {
+    if (r_ == 0) out_.print_table_header(c, a);
+    if (c == collective::barrier) {
+      run_barrier_row();
+    } else {
+      for (dtype t : cfg_.types) {
+        const std::vector<op_kind> ops = has_reduction(c) ? cfg_.ops : std::vector<op_kind>{op_kind::sum};
+        for (op_kind k : ops)
+          for (std::uint64_t size : sizes)
+            braid::visit(t, [&](auto tag) { run_row<typename decltype(tag)::type>(c, a, t, k, size); });
+      }
+    }
+    if (r_ == 0) out_.print_table_footer();
+  }
+
+  half_result finish(collective c, std::uint64_t size, const record& all, bool checked) const {
+    return out_.finish(c, size, all.time_us, all.wrong, checked);
+  }
+
+  // Publishes this rank's record; returns the aggregate (valid on rank 0).
+  record exchange(const record& mine) {
+    board_slot& s = bd_.slot(parity_, r_);
+    s.time_bits.store(std::bit_cast<std::uint64_t>(mine.time_us), std::memory_order_relaxed);
+    s.wrong.store(mine.wrong, std::memory_order_relaxed);
+    s.hash.store(mine.hash, std::memory_order_release);
+    bd_.sync(timeout_);
+    record all;
+    if (r_ == 0) {
+      for (int q = 0; q < n_; ++q) {
+        board_slot& o = bd_.slot(parity_, q);
+        const std::uint64_t h = o.hash.load(std::memory_order_acquire);
+        all.time_us = std::max(all.time_us, std::bit_cast<double>(o.time_bits.load(std::memory_order_relaxed)));
+        all.wrong += o.wrong.load(std::memory_order_relaxed);
+        if (mine.compare_hash && h != mine.hash) ++all.wrong; // this rank's bits differ from rank 0's
+      }
+    }
+    parity_ ^= 1;
+    return all;
   }
 
   // ---- barrier ----
@@ -686,7 +712,7 @@ private:
     const record all = exchange(mine);
     if (r_ == 0) {
       half_result oop = finish(collective::barrier, 0, all, cfg_.check > 0), ip;
-      print_row(collective::barrier, algo::automatic, "none", "none", -1, 0, 0, oop, ip);
+      out_.print_row(collective::barrier, algo::automatic, "none", "none", -1, 0, 0, oop, ip);
     }
   }
 
@@ -707,7 +733,7 @@ private:
     half_result ip;
     if (c != collective::send_recv) ip = run_half<T>(c, a, k, op, count, true, shown);
     if (r_ == 0)
-      print_row(c, a, braid::name(t), has_reduction(c) ? braid::name(k) : std::string_view("none"),
+      out_.print_row(c, a, braid::name(t), has_reduction(c) ? braid::name(k) : std::string_view("none"),
                 has_root(c) ? cfg_.root : -1, shown, count, oop, ip);
   }
 
@@ -821,5 +847,10 @@ private:
     return r_ == 0 ? finish(c, shown, all, cfg_.check > 0) : half_result{};
   }
 };
+
+// bench/cuda_backend.cpp (built where CUDA is, with BRAID_BENCH_CUDA defined): the whole run for
+// --backend cuda (braid's CUDA backend) or nccl (NCCL, where found at configure time: BRAID_BENCH_NCCL);
+// returns the exit status.
+int run_cuda_backend(const config& cfg, std::chrono::nanoseconds timeout, bool nccl);
 
 } // namespace braid_bench

@@ -38,9 +38,13 @@ void print_help(const char* argv0) {
       "  -np, --nranks N       ranks                                                [2]\n"
       "      --backend B       threads (= host: ranks are threads of this process),\n"
       "                        procs (ranks are forked processes over shared memory), or\n"
-      "                        cuda (not built yet)                                 [threads]\n"
+      "                        cuda (ranks are GPUs driven by this process, rank r on\n"
+      "                        GPU r %% device count; builds with CUDA only), or\n"
+      "                        nccl (NCCL in the same harness; builds that found NCCL) [threads]\n"
       "  -T, --timeout S       deadline of every wait in seconds   [BRAID_TIMEOUT or 300]\n"
       "      --csv FILE        also write the rows as CSV\n"
+      "      --kernel          with --backend cuda: time the reduce-copy loop of the kernels\n"
+      "                        alone (copy, sum of 2) against cudaMemcpy, sizes -b..-e\n"
       "      --inject-fault    test the checker: the last rank flips one bit of its result\n"
       "                        before the check (every checked row must then show #wrong > 0)\n"
       "  -h, --help\n"
@@ -139,6 +143,10 @@ int parse_args(int argc, char** argv, config& cfg) {
       cfg.inject_fault = true;
       continue;
     }
+    if (a == "--kernel") {
+      cfg.kernel = true;
+      continue;
+    }
     if (a == "-h" || a == "--help") {
       print_help(argv[0]);
       return -1;
@@ -213,12 +221,16 @@ int parse_args(int argc, char** argv, config& cfg) {
     } else if (a == "--backend") {
       if (v == "threads" || v == "host" || v == "thread") cfg.backend = backend_kind::threads;
       else if (v == "procs" || v == "processes" || v == "process") cfg.backend = backend_kind::procs;
-      else if (v == "cuda") {
+      else if (v == "cuda" || v == "nccl") {
+#ifdef BRAID_BENCH_CUDA
+        cfg.backend = v == "nccl" ? backend_kind::nccl : backend_kind::cuda;
+#else
         std::fprintf(stderr, "braid-bench: CUDA backend not built (this braid-bench has the host backends "
                              "only: --backend threads or procs)\n");
         return exit_usage;
+#endif
       } else {
-        return bad("unknown backend '" + vs + "' (threads, procs)");
+        return bad("unknown backend '" + vs + "' (threads, procs, cuda, nccl)");
       }
     } else if (a == "--csv") {
       cfg.csv = vs;
@@ -227,6 +239,7 @@ int parse_args(int argc, char** argv, config& cfg) {
     }
   }
   if (cfg.colls.empty()) cfg.colls = {collective::all_reduce};
+  if (cfg.kernel && cfg.backend != backend_kind::cuda) return bad("--kernel needs --backend cuda");
   if (cfg.min_bytes > cfg.max_bytes) return bad("-b is larger than -e");
   if (cfg.root < 0 || cfg.root >= cfg.nranks) return bad("root " + std::to_string(cfg.root) + " out of range for " +
                                                          std::to_string(cfg.nranks) + " ranks");
@@ -260,6 +273,11 @@ int main(int argc, char** argv) {
   }
   if (cfg.timeout_s > 0) opts.timeout = std::chrono::nanoseconds(static_cast<std::int64_t>(cfg.timeout_s * 1e9));
 
+  if (cfg.backend == backend_kind::cuda || cfg.backend == backend_kind::nccl) {
+#ifdef BRAID_BENCH_CUDA
+    return run_cuda_backend(cfg, opts.timeout, cfg.backend == backend_kind::nccl);
+#endif
+  }
   board bd(cfg.nranks);
   if (cfg.backend == backend_kind::threads) {
     std::atomic<int> status{exit_ok};

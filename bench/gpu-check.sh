@@ -6,8 +6,9 @@
 # and logs: the machine (UTC date, hostname, commit and whether the tree is dirty, nvidia-smi, nvcc),
 # every GPU test (ctest -L gpu -V), the GPU test executable under compute-sanitizer memcheck and
 # racecheck (with a reduced sweep: sanitizers are slow), and, when they were built, braid-bench
-# --backend cuda and the Google Benchmark micro binaries. Every command's exit status is recorded; a
-# failing step does not stop the ones after it. Everything goes to ONE plain-text log:
+# --backend cuda (and --backend nccl beside it where NCCL is found) and the Google Benchmark micro
+# binaries. Every command's exit status is recorded; a failing step does not stop the ones after it.
+# Everything goes to ONE plain-text log:
 #     <out-dir>/gpu-check-<UTC date>-<short commit>.log
 #
 # Usage: bench/gpu-check.sh [out-dir]              (default out-dir: bench/results)
@@ -194,6 +195,17 @@ for c in "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" /usr/local/cuda/c
 done
 if [ -n "$sanitizer" ]; then say "compute-sanitizer: $sanitizer"
 else say "MISSING: compute-sanitizer (part of the CUDA toolkit): the memcheck and racecheck steps will fail"; fi
+# NCCL for braid-bench --backend nccl: NCCL_HOME, else the nvidia-nccl-cu13 wheel where Python has it.
+if [ -z "${NCCL_HOME:-}" ]; then
+  NCCL_HOME=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+fi
+if [ -n "${NCCL_HOME:-}" ]; then
+  say "NCCL: $NCCL_HOME"
+  cmake_args+=("-DNCCL_HOME=$NCCL_HOME")
+  export LD_LIBRARY_PATH="$NCCL_HOME/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+else
+  say "missing (optional): NCCL (set NCCL_HOME or pip install nvidia-nccl-cu13): no NCCL comparison"
+fi
 if [ -n "${CMAKE_ARGS:-}" ]; then
   # shellcheck disable=SC2206 # word splitting wanted: several arguments in one variable
   cmake_args+=(${CMAKE_ARGS})
@@ -276,9 +288,17 @@ fi
 if want bench; then
   bench_bin="$build/bench/braid-bench"
   if [ -x "$bench_bin" ]; then
+    step INFO "braid-bench --kernel: the reduce-copy loop against cudaMemcpy (float, bfloat16)" \
+      "$bench_bin" --backend cuda --kernel -d float,bfloat16 -b 1M -e 1G -f 4 -n 20
     for np in 2 4 8; do
-      step INFO "braid-bench --backend cuda, all collectives, float sum, $np ranks" \
+      step INFO "braid-bench --backend cuda, all collectives, float sum, every algorithm, $np ranks" \
         env BRAID_TIMEOUT=60 "$bench_bin" all -d float -o sum -a all -b 8 -e 256M -f 4 -n 20 -w 5 -c 1 -np "$np" --backend cuda
+      # Side by side, same harness, same sizes: braid's tuned choice, then NCCL (several ranks per GPU
+      # need NCCL_MULTI_RANK_GPU_ENABLE=1, NCCL 2.30 or later).
+      step INFO "braid-bench --backend cuda, all_reduce float sum, tuned algorithm, $np ranks" \
+        env BRAID_TIMEOUT=60 "$bench_bin" all_reduce -d float,bfloat16 -o sum -b 8 -e 256M -f 2 -n 50 -w 10 -c 1 -np "$np" --backend cuda
+      step INFO "braid-bench --backend nccl, all_reduce float sum, $np ranks" \
+        env NCCL_MULTI_RANK_GPU_ENABLE=1 "$bench_bin" all_reduce -d float,bfloat16 -o sum -b 8 -e 256M -f 2 -n 50 -w 10 -c 1 -np "$np" --backend nccl
     done
     step INFO "braid-bench --backend cuda, correctness: every type, operator, algorithm, 4 ranks" \
       env BRAID_TIMEOUT=60 "$bench_bin" all -d all -o all -a all -b 0 -e 16807 -f 7 -n 1 -w 0 -c 1 -np 4 --backend cuda

@@ -60,6 +60,12 @@ void enqueue(group& g, int rank, const call& c);
 // false, `why` says what the runtime answered.
 bool kernels_loadable(std::string& why);
 
+// The reduce-copy loop the collective kernels use (cuda/device.cuh), alone: `nsrc` sources (1: a
+// copy, 2: a sum of two) of `bytes` each into one destination on the current device, `blocks` x
+// `threads`, timed over `iters` launches after a warm-up with CUDA events. Returns seconds per launch;
+// type float32 or bfloat16 (sum in fp32). nsrc 0 times cudaMemcpyAsync of the same bytes instead.
+double time_reduce_copy(dtype type, int nsrc, std::size_t bytes, int iters, int blocks, int threads);
+
 namespace detail {
 // launch_sum.cu: all_reduce with sum for the integer and fp8 types; false if `c` is not one of those.
 bool enqueue_sum_narrow(group& g, int rank, const call& c);

@@ -5,6 +5,7 @@
 // argument, not a template parameter).
 #include "group.cuh"
 
+#include <cstdint>
 #include <string>
 
 namespace braid::gpu_test {
@@ -67,6 +68,57 @@ void enqueue(group& g, int rank, const call& c) {
   default:
     visit(c.op, [&](auto op) { enqueue_typed<float>(g, rank, c, op); });
     return;
+  }
+}
+
+namespace {
+template <class T>
+__global__ void reduce_copy_kernel(const T* a, const T* b, T* out, std::uint64_t count, int nsrc) {
+  const T* src[2] = {a, b};
+  const std::uint64_t tid = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::uint64_t nthreads = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  braid::cuda_detail::reduce_copy<T>(src, nsrc, out, static_cast<T*>(nullptr), count, sum<float>{}, true, 1, tid, nthreads);
+}
+
+template <class T> double time_typed(int nsrc, std::size_t bytes, int iters, int blocks, int threads) {
+  const std::uint64_t count = bytes / sizeof(T);
+  void *a = nullptr, *b = nullptr, *o = nullptr;
+  BRAID_CUDA_CHECK(cudaMalloc(&a, bytes));
+  BRAID_CUDA_CHECK(cudaMalloc(&b, bytes));
+  BRAID_CUDA_CHECK(cudaMalloc(&o, bytes));
+  BRAID_CUDA_CHECK(cudaMemset(a, 0, bytes));
+  BRAID_CUDA_CHECK(cudaMemset(b, 0, bytes));
+  cudaEvent_t e0, e1;
+  BRAID_CUDA_CHECK(cudaEventCreate(&e0));
+  BRAID_CUDA_CHECK(cudaEventCreate(&e1));
+  auto once = [&] {
+    if (nsrc == 0) BRAID_CUDA_CHECK(cudaMemcpyAsync(o, a, bytes, cudaMemcpyDeviceToDevice, nullptr));
+    else reduce_copy_kernel<T><<<blocks, threads>>>(static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(o), count, nsrc);
+  };
+  for (int i = 0; i < 3; ++i) once();
+  BRAID_CUDA_CHECK(cudaEventRecord(e0, nullptr));
+  for (int i = 0; i < iters; ++i) once();
+  BRAID_CUDA_CHECK(cudaEventRecord(e1, nullptr));
+  BRAID_CUDA_CHECK(cudaEventSynchronize(e1));
+  BRAID_CUDA_CHECK(cudaGetLastError());
+  float ms = 0;
+  BRAID_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(o);
+  return static_cast<double>(ms) * 1e-3 / iters;
+}
+} // namespace
+
+double time_reduce_copy(dtype type, int nsrc, std::size_t bytes, int iters, int blocks, int threads) {
+  if (nsrc < 0 || nsrc > 2 || iters < 1 || blocks < 1 || threads < 32)
+    raise(errc::invalid_argument, "time_reduce_copy: nsrc 0..2, iters >= 1, blocks >= 1, threads >= 32");
+  switch (type) {
+  case dtype::float32: return time_typed<float>(nsrc, bytes, iters, blocks, threads);
+  case dtype::bfloat16: return time_typed<bfloat16>(nsrc, bytes, iters, blocks, threads);
+  default: raise(errc::unsupported, "time_reduce_copy: float32 or bfloat16");
   }
 }
 

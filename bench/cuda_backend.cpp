@@ -1,0 +1,453 @@
+// bench/cuda_backend.cpp — braid-bench --backend cuda (and, where NCCL was found at configure time,
+// --backend nccl): the same tables as the host backends, for ranks that are GPUs driven by this one
+// host thread (rank r on GPU r % device count; with one GPU every rank shares it — NCCL needs
+// NCCL_MULTI_RANK_GPU_ENABLE=1, from 2.30, for that).
+//
+// Host-compiled: braid's kernels come from the GPU tests' launch layer (tests/cuda/launch.hpp), so this
+// adds no nvcc work. That layer instantiates all_reduce with sum for every type and float with every
+// operator for every collective; other (collective, type, operator) rows print "not instantiated".
+//
+// Both engines go through the same harness, so braid and NCCL are timed and checked the same way.
+// Method per row half: w warmup calls, then n calls enqueued back to back on every rank's stream (all
+// ranks' parts of call i before call i + 1; NCCL: one ncclGroupStart/End per call), every stream
+// synchronised, time = wall time / n. Check (-c 1): pattern inputs, poisoned outputs with 64 guard
+// bytes each side, one call, every rank's output copied back and compared with the host reference of
+// bench.hpp, inputs unchanged, guards intact, replicated results bit-identical to rank 0's.
+#include "bench.hpp"
+#include "cuda/launch.hpp"
+
+#include <cuda_runtime.h>
+#ifdef BRAID_BENCH_NCCL
+#include <nccl.h>
+#endif
+
+namespace braid_bench {
+namespace {
+
+namespace gt = braid::gpu_test;
+
+struct cuda_failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw cuda_failure(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// A device buffer with 64 guard bytes on each side.
+class device_buffer {
+public:
+  static constexpr std::size_t guard = 64;
+  device_buffer(int device, std::size_t bytes) : bytes_(bytes) {
+    ok(cudaSetDevice(device), "cudaSetDevice");
+    ok(cudaMalloc(&base_, bytes + 2 * guard), "cudaMalloc");
+  }
+  ~device_buffer() { cudaFree(base_); }
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+  std::byte* data() const { return static_cast<std::byte*>(base_) + guard; }
+  std::size_t bytes() const { return bytes_; }
+  // Guards get guard_byte, the data poison.
+  void arm() {
+    ok(cudaMemset(base_, static_cast<int>(guard_byte), bytes_ + 2 * guard), "cudaMemset");
+    ok(cudaMemset(data(), static_cast<int>(poison), bytes_), "cudaMemset");
+  }
+  // Copies the data back; counts damaged guard bytes into `wrong`.
+  std::vector<std::byte> fetch(std::int64_t& wrong) const {
+    std::vector<std::byte> all(bytes_ + 2 * guard);
+    ok(cudaMemcpy(all.data(), base_, all.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    for (std::size_t i = 0; i < guard; ++i) wrong += (all[i] != guard_byte) + (all[guard + bytes_ + i] != guard_byte);
+    return {all.begin() + guard, all.begin() + static_cast<std::ptrdiff_t>(guard + bytes_)};
+  }
+
+private:
+  std::size_t bytes_;
+  void* base_ = nullptr;
+};
+
+// What the harness needs from a library: every rank's part of one call, and a wait for all of it.
+class engine {
+public:
+  virtual ~engine() = default;
+  virtual const char* name() const = 0;
+  virtual bool has(collective c, dtype t, op_kind k, algo a) const = 0;
+  virtual void launch(const std::vector<gt::call>& calls) = 0;
+  virtual void sync() = 0; // every rank's stream; raises the library's error, if any
+};
+
+class braid_engine final : public engine {
+public:
+  braid_engine(const std::vector<int>& devices, std::chrono::nanoseconds timeout)
+      : g_(gt::make_group(devices, timeout, 0)) {}
+  const char* name() const override { return "cuda"; }
+  bool has(collective c, dtype t, op_kind k, algo) const override {
+    // Copy collectives run the sum kernels; reductions need (c, t, k) instantiated.
+    return gt::instantiated(has_reduction(c) ? c : collective::all_reduce, t, has_reduction(c) ? k : op_kind::sum);
+  }
+  void launch(const std::vector<gt::call>& calls) override {
+    for (std::size_t r = 0; r < calls.size(); ++r) gt::enqueue(*g_, static_cast<int>(r), calls[r]);
+  }
+  void sync() override {
+    const int n = gt::size(*g_);
+    for (int r = 0; r < n; ++r) ok(cudaStreamSynchronize(static_cast<cudaStream_t>(gt::stream(*g_, r))), "cudaStreamSynchronize");
+    for (int r = 0; r < n; ++r) gt::check(*g_, r);
+  }
+
+private:
+  std::shared_ptr<gt::group> g_;
+};
+
+#ifdef BRAID_BENCH_NCCL
+void nccl_ok(ncclResult_t e, const char* what) {
+  if (e != ncclSuccess) throw cuda_failure(std::string(what) + ": " + ncclGetErrorString(e));
+}
+
+class nccl_engine final : public engine {
+public:
+  explicit nccl_engine(const std::vector<int>& devices) : devices_(devices) {
+    const int n = static_cast<int>(devices.size());
+    comms_.resize(devices.size());
+    nccl_ok(ncclCommInitAll(comms_.data(), n, devices.data()), "ncclCommInitAll");
+    for (int d : devices) {
+      ok(cudaSetDevice(d), "cudaSetDevice");
+      cudaStream_t s = nullptr;
+      ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+      streams_.push_back(s);
+    }
+    int v = 0;
+    ncclGetVersion(&v);
+    std::printf("# NCCL %d.%d.%d\n", v / 10000, (v / 100) % 100, v % 100);
+  }
+  ~nccl_engine() override {
+    for (ncclComm_t c : comms_) ncclCommDestroy(c);
+    for (cudaStream_t s : streams_) cudaStreamDestroy(s);
+  }
+  const char* name() const override { return "nccl"; }
+  bool has(collective, dtype t, op_kind k, algo a) const override {
+    ncclDataType_t d;
+    ncclRedOp_t o;
+    return a == algo::automatic && type_of(t, d) && op_of(k, o);
+  }
+  void launch(const std::vector<gt::call>& calls) override {
+    nccl_ok(ncclGroupStart(), "ncclGroupStart");
+    for (std::size_t r = 0; r < calls.size(); ++r) {
+      const gt::call& c = calls[r];
+      ncclDataType_t d{};
+      ncclRedOp_t o{};
+      type_of(c.type, d);
+      op_of(c.op, o);
+      ncclComm_t m = comms_[r];
+      cudaStream_t s = streams_[r];
+      switch (c.coll) {
+      case collective::all_reduce: nccl_ok(ncclAllReduce(c.in, c.out, c.count, d, o, m, s), "ncclAllReduce"); break;
+      case collective::all_gather: nccl_ok(ncclAllGather(c.in, c.out, c.count, d, m, s), "ncclAllGather"); break;
+      case collective::reduce_scatter:
+        nccl_ok(ncclReduceScatter(c.in, c.out, c.count, d, o, m, s), "ncclReduceScatter");
+        break;
+      case collective::broadcast: nccl_ok(ncclBroadcast(c.in, c.out, c.count, d, c.root, m, s), "ncclBroadcast"); break;
+      case collective::reduce: nccl_ok(ncclReduce(c.in, c.out, c.count, d, o, c.root, m, s), "ncclReduce"); break;
+      default: break;
+      }
+    }
+    nccl_ok(ncclGroupEnd(), "ncclGroupEnd");
+  }
+  void sync() override {
+    for (cudaStream_t s : streams_) ok(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    for (ncclComm_t c : comms_) {
+      ncclResult_t async = ncclSuccess;
+      nccl_ok(ncclCommGetAsyncError(c, &async), "ncclCommGetAsyncError");
+      nccl_ok(async, "NCCL asynchronous error");
+    }
+  }
+
+private:
+  std::vector<int> devices_;
+  std::vector<ncclComm_t> comms_;
+  std::vector<cudaStream_t> streams_;
+
+  static bool type_of(dtype t, ncclDataType_t& d) {
+    switch (t) {
+    case dtype::int8: d = ncclInt8; return true;
+    case dtype::uint8: d = ncclUint8; return true;
+    case dtype::int32: d = ncclInt32; return true;
+    case dtype::uint32: d = ncclUint32; return true;
+    case dtype::int64: d = ncclInt64; return true;
+    case dtype::uint64: d = ncclUint64; return true;
+    case dtype::float16: d = ncclFloat16; return true;
+    case dtype::bfloat16: d = ncclBfloat16; return true;
+    case dtype::float32: d = ncclFloat32; return true;
+    case dtype::float64: d = ncclFloat64; return true;
+    default: return false; // 16-bit integers and fp8: not compared here
+    }
+  }
+  static bool op_of(op_kind k, ncclRedOp_t& o) {
+    switch (k) {
+    case op_kind::sum: o = ncclSum; return true;
+    case op_kind::prod: o = ncclProd; return true;
+    case op_kind::min: o = ncclMin; return true;
+    case op_kind::max: o = ncclMax; return true;
+    case op_kind::avg: o = ncclAvg; return true;
+    default: return false;
+    }
+  }
+};
+#endif
+
+class cuda_runner {
+public:
+  cuda_runner(const config& cfg, engine& e, const std::vector<int>& devices)
+      : cfg_(cfg), n_(static_cast<int>(devices.size())), devices_(devices), e_(e), out_(cfg, n_, e.name()) {}
+
+  int run() {
+    out_.open_csv();
+    out_.print_global_header();
+    std::printf("# GPUs: ");
+    for (int r = 0; r < n_; ++r) {
+      cudaDeviceProp p{};
+      ok(cudaGetDeviceProperties(&p, devices_[static_cast<std::size_t>(r)]), "cudaGetDeviceProperties");
+      std::printf("%srank %d on %d (%s)", r ? ", " : "", r, devices_[static_cast<std::size_t>(r)], p.name);
+    }
+    std::printf("\n");
+    const auto sizes = sizes_of(cfg_);
+    for (collective c : cfg_.colls) {
+      if (!has_algorithms(c)) {
+        std::printf("#\n# %s: not implemented by the CUDA backend: skipped\n", std::string(coll_name(c)).c_str());
+        continue;
+      }
+      for (algo a : algos_for(cfg_, c)) {
+        out_.print_table_header(c, a);
+        for (dtype t : cfg_.types) {
+          const std::vector<op_kind> ops = has_reduction(c) ? cfg_.ops : std::vector<op_kind>{op_kind::sum};
+          for (op_kind k : ops) {
+            if (!e_.has(c, t, k, a)) {
+              std::printf("# %s %s %s %s: not available with --backend %s: skipped\n", std::string(coll_name(c)).c_str(),
+                          std::string(braid::name(a)).c_str(), std::string(braid::name(t)).c_str(),
+                          std::string(braid::name(k)).c_str(), e_.name());
+              continue;
+            }
+            for (std::uint64_t size : sizes)
+              braid::visit(t, [&](auto tag) { row<typename decltype(tag)::type>(c, a, t, k, size); });
+          }
+        }
+        out_.print_table_footer();
+      }
+    }
+    return out_.print_summary();
+  }
+
+private:
+  const config& cfg_;
+  int n_;
+  std::vector<int> devices_;
+  engine& e_;
+  table_printer out_;
+  std::uint64_t salt_ = 0;
+
+  void sync_all() { e_.sync(); }
+
+  template <class T> void row(collective c, algo a, dtype t, op_kind k, std::uint64_t size) {
+    const std::uint64_t es = sizeof(T);
+    const bool blocked = c == collective::all_gather || c == collective::reduce_scatter;
+    const std::uint64_t count = blocked ? size / static_cast<std::uint64_t>(n_) / es : size / es;
+    const std::uint64_t shown = blocked ? count * static_cast<std::uint64_t>(n_) * es : count * es;
+    const half_result oop = half<T>(c, a, t, k, count, false, shown);
+    const half_result ip = half<T>(c, a, t, k, count, true, shown);
+    out_.print_row(c, a, braid::name(t), has_reduction(c) ? braid::name(k) : std::string_view("none"),
+                   has_root(c) ? cfg_.root : -1, shown, count, oop, ip);
+  }
+
+  template <class T>
+  half_result half(collective c, algo a, dtype t, op_kind k, std::uint64_t count, bool in_place, std::uint64_t shown) {
+    const auto n = static_cast<std::uint64_t>(n_);
+    const int root = cfg_.root;
+    const std::uint64_t in_n = c == collective::reduce_scatter ? count * n : count;
+    const std::uint64_t out_n = c == collective::all_gather ? count * n : count;
+    const std::uint64_t buf_n = std::max(in_n, out_n);
+    const bool copy = !has_reduction(c);
+    const bool replicated = c == collective::all_reduce || c == collective::all_gather || c == collective::broadcast;
+
+    std::vector<std::unique_ptr<device_buffer>> bin(static_cast<std::size_t>(n_)), bout(static_cast<std::size_t>(n_));
+    std::vector<gt::call> calls(static_cast<std::size_t>(n_));
+    std::vector<T*> ins(static_cast<std::size_t>(n_)), outs(static_cast<std::size_t>(n_));
+    for (int r = 0; r < n_; ++r) {
+      const auto ur = static_cast<std::size_t>(r);
+      const int dev = devices_[ur];
+      bout[ur] = std::make_unique<device_buffer>(dev, (in_place ? buf_n : out_n) * sizeof(T));
+      T* buf = reinterpret_cast<T*>(bout[ur]->data());
+      if (in_place) {
+        ins[ur] = c == collective::all_gather ? buf + ur * count : buf;
+        outs[ur] = c == collective::reduce_scatter ? buf + ur * count : buf;
+      } else {
+        bin[ur] = std::make_unique<device_buffer>(dev, in_n * sizeof(T));
+        ins[ur] = reinterpret_cast<T*>(bin[ur]->data());
+        outs[ur] = buf;
+      }
+      gt::call& cl = calls[ur];
+      cl.coll = c;
+      cl.algorithm = a;
+      cl.type = t;
+      cl.op = k;
+      cl.in = ins[ur];
+      cl.out = outs[ur];
+      cl.count = count;
+      cl.root = root;
+    }
+
+    pattern<T> pat(k, n_, ++salt_, copy);
+    std::vector<T> host(in_n);
+    auto fill_inputs = [&] {
+      for (int r = 0; r < n_; ++r) {
+        const auto ur = static_cast<std::size_t>(r);
+        ok(cudaSetDevice(devices_[ur]), "cudaSetDevice");
+        bout[ur]->arm();
+        if (bin[ur]) bin[ur]->arm();
+        if (c == collective::broadcast && in_place && r != root) continue; // only the root's input is read
+        for (std::uint64_t g = 0; g < in_n; ++g) host[g] = pat.gen(r, g);
+        if (in_n) ok(cudaMemcpy(ins[ur], host.data(), in_n * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
+      }
+    };
+    auto once = [&] { e_.launch(calls); };
+    fill_inputs();
+
+    double time_us = 0;
+    if (cfg_.iters > 0) {
+      for (int i = 0; i < cfg_.warmup; ++i) once();
+      sync_all();
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < cfg_.iters; ++i) once();
+      sync_all();
+      const auto t1 = std::chrono::steady_clock::now();
+      time_us = std::chrono::duration<double, std::micro>(t1 - t0).count() / cfg_.iters;
+    }
+
+    std::int64_t wrong = 0;
+    for (int rep = 0; rep < cfg_.check; ++rep) {
+      pat = pattern<T>(k, n_, ++salt_, copy);
+      fill_inputs();
+      once();
+      sync_all();
+      std::vector<std::byte> first; // rank 0's result where it is replicated
+      for (int r = 0; r < n_; ++r) {
+        const auto ur = static_cast<std::size_t>(r);
+        std::vector<std::byte> ob = bout[ur]->fetch(wrong);
+        const std::ptrdiff_t out_at = outs[ur] - reinterpret_cast<T*>(bout[ur]->data());
+        // Tests the checker: the last rank's first output byte flips (after the kernel, before the check).
+        if (cfg_.inject_fault && r == n_ - 1 && count > 0) ob[static_cast<std::size_t>(out_at) * sizeof(T)] ^= std::byte{0x40};
+        const T* buf0 = reinterpret_cast<const T*>(ob.data());
+        const T* out = buf0 + out_at;
+        auto expect_reduced = [&](const T* p, std::uint64_t n_el, std::uint64_t g0) {
+          for (std::uint64_t j = 0; j < n_el; ++j) wrong += !pat.reduced_ok(p[j], g0 + j);
+        };
+        auto expect_bits = [&](const T* p, std::uint64_t n_el, int src, std::uint64_t g0) {
+          for (std::uint64_t j = 0; j < n_el; ++j) wrong += !pat.same_bits(p[j], pat.gen(src, g0 + j));
+        };
+        switch (c) {
+        case collective::all_reduce: expect_reduced(out, count, 0); break;
+        case collective::reduce:
+          if (r == root) expect_reduced(out, count, 0);
+          else if (!in_place)
+            for (std::size_t b = 0; b < count * sizeof(T); ++b) wrong += ob[b] != poison;
+          break;
+        case collective::reduce_scatter: expect_reduced(out, count, ur * count); break;
+        case collective::all_gather:
+          for (int b = 0; b < n_; ++b) expect_bits(buf0 + static_cast<std::uint64_t>(b) * count, count, b, 0);
+          break;
+        case collective::broadcast: expect_bits(out, count, root, 0); break;
+        default: break;
+        }
+        const bool input_is_output =
+            in_place && (c == collective::all_reduce || c == collective::broadcast || c == collective::reduce_scatter ||
+                         (c == collective::reduce && r == root));
+        if (!input_is_output) {
+          std::vector<std::byte> ib_storage;
+          const T* in_host = nullptr;
+          if (bin[ur]) {
+            ib_storage = bin[ur]->fetch(wrong);
+            in_host = reinterpret_cast<const T*>(ib_storage.data());
+          } else {
+            in_host = buf0 + (ins[ur] - reinterpret_cast<T*>(bout[ur]->data()));
+          }
+          expect_bits(in_host, in_n, r, 0);
+        }
+        if (replicated) {
+          const std::size_t bytes = out_n * sizeof(T);
+          if (r == 0) first.assign(ob.begin(), ob.begin() + static_cast<std::ptrdiff_t>(bytes));
+          else if (std::memcmp(first.data(), ob.data(), bytes) != 0) ++wrong; // differs from rank 0's bits
+        }
+      }
+    }
+    return out_.finish(c, shown, time_us, wrong, cfg_.check > 0);
+  }
+};
+
+// --kernel: bandwidth counts every byte read and written (memcpy and copy: 2 x size; sum of two:
+// 3 x size), so the ratio to cudaMemcpy says how close the loop comes to the memory system's limit.
+int run_kernel_table(const config& cfg) {
+  cudaDeviceProp p{};
+  ok(cudaSetDevice(0), "cudaSetDevice");
+  ok(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
+  const int iters = std::max(cfg.iters, 1);
+  std::printf("# braid-bench --kernel: reduce-copy loop (cuda/device.cuh) vs cudaMemcpyAsync on GPU 0 (%s, %d SMs),\n"
+              "# %d timed launches after 3 warm-up, CUDA events; GB/s = (bytes read + written) / time / 1e9\n",
+              p.name, p.multiProcessorCount, iters);
+  std::printf("# %10s  %8s  %6s  %7s  %9s  %9s  %9s  %7s  %7s\n", "size (B)", "type", "blocks", "threads",
+              "memcpy", "copy", "sum of 2", "copy/", "sum2/");
+  std::printf("# %10s  %8s  %6s  %7s  %9s  %9s  %9s  %7s  %7s\n", "", "", "", "", "(GB/s)", "(GB/s)", "(GB/s)",
+              "memcpy", "memcpy");
+  const int grids[] = {32, 4 * p.multiProcessorCount}; // braid's per-rank default, and the whole GPU
+  for (dtype t : cfg.types) {
+    if (t != dtype::float32 && t != dtype::bfloat16) {
+      std::printf("# %s: --kernel times float and bfloat16 only: skipped\n", std::string(braid::name(t)).c_str());
+      continue;
+    }
+    for (std::uint64_t size : sizes_of(cfg)) {
+      if (size < 1024) continue;
+      for (int blocks : grids) {
+        const double tm = gt::time_reduce_copy(t, 0, size, iters, 1, 32);
+        const double tc = gt::time_reduce_copy(t, 1, size, iters, blocks, 512);
+        const double ts = gt::time_reduce_copy(t, 2, size, iters, blocks, 512);
+        const double bm = 2.0 * static_cast<double>(size) / tm / 1e9, bc = 2.0 * static_cast<double>(size) / tc / 1e9,
+                     bs = 3.0 * static_cast<double>(size) / ts / 1e9;
+        std::printf("%12" PRIu64 "  %8s  %6d  %7d  %9.1f  %9.1f  %9.1f  %7.2f  %7.2f\n", size,
+                    std::string(braid::name(t)).c_str(), blocks, 512, bm, bc, bs, bc / bm, bs / bm);
+      }
+    }
+  }
+  return exit_ok;
+}
+
+} // namespace
+
+int run_cuda_backend(const config& cfg, std::chrono::nanoseconds timeout, bool nccl) {
+  int ndev = 0;
+  const cudaError_t err = cudaGetDeviceCount(&ndev);
+  if (err != cudaSuccess || ndev == 0) {
+    std::fprintf(stderr, "braid-bench: --backend %s: no CUDA device (%s)\n", nccl ? "nccl" : "cuda",
+                 err != cudaSuccess ? cudaGetErrorString(err) : "device count 0");
+    return exit_usage;
+  }
+  std::vector<int> devices(static_cast<std::size_t>(cfg.nranks));
+  for (int r = 0; r < cfg.nranks; ++r) devices[static_cast<std::size_t>(r)] = r % ndev;
+  try {
+    if (cfg.kernel) return run_kernel_table(cfg);
+    std::unique_ptr<engine> e;
+#ifdef BRAID_BENCH_NCCL
+    if (nccl) e = std::make_unique<nccl_engine>(devices);
+#endif
+    if (!e) {
+      if (nccl) {
+        std::fprintf(stderr, "braid-bench: --backend nccl: NCCL was not found when this braid-bench was built\n");
+        return exit_usage;
+      }
+      e = std::make_unique<braid_engine>(devices, timeout);
+    }
+    cuda_runner runner(cfg, *e, devices);
+    return runner.run();
+  } catch (const std::exception& ex) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "braid-bench: error: %s\n", ex.what());
+    return exit_error;
+  }
+}
+
+} // namespace braid_bench
