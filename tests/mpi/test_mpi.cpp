@@ -336,7 +336,11 @@ int main(int argc, char** argv) {
       check_errors(c);
     }
   } catch (const std::exception& e) {
-    fail(std::string("exception on rank ") + std::to_string(world_rank) + ": " + e.what());
+    // The other ranks may be inside a collective this rank left: end the job now (an error, not a
+    // hang until CTest's timeout).
+    std::fprintf(stderr, "rank %d: exception: %s; calling MPI_Abort\n", world_rank, e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
   }
   long total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
