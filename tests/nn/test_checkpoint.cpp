@@ -11,6 +11,7 @@
 #include <braid/nn/loss.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -115,7 +116,9 @@ std::vector<float> run(braid::communicator& c, bool use_adam, std::int64_t last,
   return w;
 }
 
-std::string tmp_path(const char* tag) { return "/tmp/braid-nn-ck-" + std::to_string(::getpid()) + "-" + tag; }
+std::string tmp_path(const char* tag) {
+  return (std::filesystem::temp_directory_path() / ("braid-nn-ck-" + std::to_string(::getpid()) + "-" + tag)).string();
+}
 
 } // namespace
 

@@ -56,10 +56,15 @@ inline idx_file read_idx(const std::string& path, const std::string& hint = {}) 
     read(b, 4);
     const std::int64_t d = (std::int64_t(b[0]) << 24) | (b[1] << 16) | (b[2] << 8) | b[3];
     out.dims.push_back(d);
+    if (d != 0 && total > (std::int64_t(1) << 34) / d) fail("dimensions too large"); // before it could overflow
     total *= d;
-    if (total > (std::int64_t(1) << 34)) fail("dimensions too large");
   }
-  out.data.resize(std::size_t(total));
+  try {
+    out.data.resize(std::size_t(total));
+  } catch (...) {
+    gzclose(f);
+    throw;
+  }
   if (total) read(out.data.data(), std::size_t(total));
   gzclose(f);
   return out;
