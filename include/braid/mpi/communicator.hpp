@@ -125,31 +125,27 @@ public:
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void all_reduce(const T* in, T* out, std::size_t count, Op op = {}) {
-    check<T>("all_reduce", in, count, out, count, count, 0, false, true, true);
+    check<collective::all_reduce>(in, out, count, 0);
     call("all_reduce", [&] { do_all_reduce(in, out, count, op); });
   }
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void reduce_scatter(const T* in, T* out, std::size_t recv_count, Op op = {}) {
-    const std::size_t n = static_cast<std::size_t>(size());
-    check<T>("reduce_scatter", in, recv_count * n, out, recv_count, recv_count, 0, false, true, true,
-             recv_count > SIZE_MAX / sizeof(T) / (n ? n : 1));
+    check<collective::reduce_scatter>(in, out, recv_count, 0);
     call("reduce_scatter", [&] { do_reduce_scatter(in, out, recv_count, op); });
   }
   template <element T> void all_gather(const T* in, T* out, std::size_t send_count) {
-    const std::size_t n = static_cast<std::size_t>(size());
-    check<T>("all_gather", in, send_count, out, send_count * n, send_count, 0, false, true, true,
-             send_count > SIZE_MAX / sizeof(T) / (n ? n : 1));
+    check<collective::all_gather>(in, out, send_count, 0);
     call("all_gather", [&] { do_all_gather(in, out, send_count); });
   }
   template <element T> void broadcast(const T* in, T* out, std::size_t count, int root) {
-    check<T>("broadcast", in, count, out, count, count, root, true, rank() == root, true);
+    check<collective::broadcast>(in, out, count, root);
     call("broadcast", [&] { do_broadcast(in, out, count, root); });
   }
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void reduce(const T* in, T* out, std::size_t count, int root, Op op = {}) {
-    check<T>("reduce", in, count, out, count, count, root, true, true, rank() == root);
+    check<collective::reduce>(in, out, count, root);
     call("reduce", [&] {
       if (rank() == root) return do_all_reduce(in, out, count, op);
       std::vector<T> sink(count);
@@ -189,40 +185,16 @@ private:
   }
   error_context ctx() const { return error_context{hc_.layout.rank, what_, seq_, -1}; }
 
-  // Argument checks, before anything moves (mirrors braid::communicator's, plus MPI's int counts).
-  template <class T>
-  void check(const char* what, const T* in, std::size_t in_n, const T* out, std::size_t out_n, std::size_t count, int root,
-             bool rooted, bool reads_in, bool writes_out, bool overflow = false) {
+  // Argument checks, before anything moves: braid::communicator's (comm/validate.hpp), plus MPI's int
+  // counts.
+  template <collective c, class T> void check(const T* in, const T* out, std::size_t count, int root) {
     const host_layout& L = lay();
-    what_ = what;
-    const error_context c{L.rank, what, seq_ + 1, -1};
-    if (failed_) raise(errc::invalid_usage, "the communicator failed earlier and refuses further calls: " + failure_, c);
-    if (overflow || count > static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(T))
-      raise(errc::invalid_argument, "count " + std::to_string(count) + " * sizeof(T) overflows", c);
-    if (rooted && (root < 0 || root >= L.size))
-      raise(errc::invalid_argument, "root " + std::to_string(root) + " out of range [0, " + std::to_string(L.size) + ")", c);
-    if (std::max(in_n, out_n) > static_cast<std::size_t>(INT_MAX))
-      raise(errc::unsupported, "braid::mpi: more than INT_MAX elements in one call", c);
-    if (!count) return;
-    auto ptr = [&](const void* p, const char* which) {
-      if (!p) raise(errc::invalid_argument, std::string(which) + " is null", c);
-      if (reinterpret_cast<std::uintptr_t>(p) % alignof(T))
-        raise(errc::invalid_argument, std::string(which) + " is not aligned to alignof(T) = " + std::to_string(alignof(T)), c);
-    };
-    if (reads_in) ptr(in, "input buffer");
-    if (writes_out) ptr(out, "output buffer");
-    if (reads_in && writes_out) {
-      const auto a = reinterpret_cast<std::uintptr_t>(in), b = reinterpret_cast<std::uintptr_t>(out);
-      if (a < b + out_n * sizeof(T) && b < a + in_n * sizeof(T)) {
-        const std::string w = what;
-        const T* allowed = w == "reduce_scatter" ? in + static_cast<std::size_t>(L.rank) * count
-                           : w == "all_gather"   ? out + static_cast<std::size_t>(L.rank) * count
-                                                 : in;
-        const T* given = w == "all_gather" ? in : out;
-        if (given != allowed)
-          raise(errc::invalid_argument, "input and output overlap but are not the in-place form", c);
-      }
-    }
+    what_ = std::string_view(name(c)).data();
+    const error_context cx{L.rank, what_, seq_ + 1, -1};
+    if (failed_) raise(errc::invalid_usage, "the communicator failed earlier and refuses further calls: " + failure_, cx);
+    const braid::detail::call_shape sh = braid::detail::validate_call<c, T>(in, out, count, root, L.size, L.rank, algo::automatic, cx);
+    if (std::max(sh.in_n, sh.out_n) > static_cast<std::size_t>(INT_MAX))
+      raise(errc::unsupported, "braid::mpi: more than INT_MAX elements in one call", cx);
   }
 
   // Runs a call; any error marks the communicator failed.
