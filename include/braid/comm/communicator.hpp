@@ -493,8 +493,10 @@ private:
         BRAID_CPU_RELAX();
         continue;
       }
-      if (const std::uint64_t w = cx.seg.header().abort_word.load(std::memory_order_acquire)) {
-        if (word.load(std::memory_order_acquire) >= target) return;
+      // A published failure: a mismatch found by another rank is raised as a mismatch here too.
+      auto published = [&] {
+        const std::uint64_t w = cx.seg.header().abort_word.load(std::memory_order_acquire);
+        if (!w) return;
         if (static_cast<errc>((w >> 32) & 0x7fffffffu) == errc::mismatch) {
           error_context e = cx.ctx;
           e.peer = static_cast<int>(w & 0xffffffffu) - 1;
@@ -502,8 +504,17 @@ private:
                                     std::string(cx.seg.header().abort_message), e);
         }
         cx.check_abort(q);
+      };
+      if (cx.seg.header().abort_word.load(std::memory_order_acquire)) {
+        if (word.load(std::memory_order_acquire) >= target) return;
+        published();
       }
-      if (!cx.peer_present(q)) cx.fail_peer(q);
+      if (!cx.peer_present(q)) {
+        // A rank that failed published its failure before it marked itself failed: read it again, so
+        // that a mismatch it found between the check above and this one is reported as one.
+        published();
+        cx.fail_peer(q);
+      }
       if (std::chrono::steady_clock::now() - start > cx.timeout) cx.fail_timeout(q);
       if (spins > 4096) {
         const timespec ts{0, 50'000};
