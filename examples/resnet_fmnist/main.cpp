@@ -52,7 +52,7 @@ struct config {
   std::fprintf(stderr,
                "resnet_fmnist: %s\n"
                "usage: resnet_fmnist [--ranks N] [--backend host|cuda] [--epochs E] [--batch B] [--lr X]\n"
-               "         [--optimizer sgd|adamw|lamb] [--precision fp32|bf16] [--resume FILE]\n"
+               "         [--optimizer sgd|adamw|lamb] [--precision fp32|bf16|fp16] [--resume FILE]\n"
                "         [--checkpoint FILE] [--csv FILE] [--train-subset N] [--test-subset N] [--blocks n]\n"
                "         [--width W] [--wd X] [--log-every S] [--seed S] [--blas-threads T] [--no-augment]\n"
                "         [--stop-after E] [--data DIR]\n",
@@ -103,7 +103,8 @@ config parse(int argc, char** argv) {
   if (c.epochs < 1) usage("--epochs must be >= 1");
   if (c.batch < c.ranks || c.batch % c.ranks) usage("--batch must be a multiple of --ranks");
   if (c.optimizer != "sgd" && c.optimizer != "adamw" && c.optimizer != "lamb") usage("--optimizer: sgd, adamw or lamb");
-  if (c.precision != "fp32" && c.precision != "bf16") usage("--precision: fp32 or bf16");
+  if (c.precision != "fp32" && c.precision != "bf16" && c.precision != "fp16")
+    usage("--precision: fp32, bf16 or fp16");
   if (c.backend != "host" && c.backend != "cuda") usage("--backend: host or cuda");
   if (c.lr < 0) c.lr = c.optimizer == "sgd" ? 0.1 : c.optimizer == "adamw" ? 2e-3 : 1e-2;
   if (c.wd < 0) c.wd = c.optimizer == "sgd" ? 5e-4 : c.optimizer == "adamw" ? 0.05 : 0.01;
@@ -169,13 +170,18 @@ int main(int argc, char** argv) {
       const int rank = comm.rank();
       std::mt19937_64 init(cfg.seed);
       auto model = resnet<float>(cfg.blocks, 10, init, 1, cfg.width);
+      // bf16 and fp16: compute-type weights and gradients (emulated: see mixed_precision), fp32
+      // masters, loss scaling, and gradient traffic in the compute type.
+      const braid::dtype compute = cfg.precision == "bf16"   ? braid::dtype::bfloat16
+                                   : cfg.precision == "fp16" ? braid::dtype::float16
+                                                             : braid::dtype::float32;
       ddp_options dopt;
-      if (cfg.precision == "bf16") dopt.comm_type = braid::dtype::bfloat16;
+      dopt.comm_type = compute;
       ddp<float> dp(*model, comm, dopt);
       std::unique_ptr<mixed_precision> mp;
       std::vector<parameter*> opt_params = model->parameters();
-      if (cfg.precision == "bf16") {
-        mp = std::make_unique<mixed_precision>(opt_params, braid::dtype::bfloat16);
+      if (compute != braid::dtype::float32) {
+        mp = std::make_unique<mixed_precision>(opt_params, compute);
         opt_params = mp->master_params();
       }
       std::unique_ptr<optimizer<float>> opt;
@@ -217,6 +223,7 @@ int main(int argc, char** argv) {
         std::int64_t win_steps = 0;
         for (std::int64_t s = 0; s < steps_per_epoch; ++s, ++step) {
           tensor x = make_batch(train, idx.data() + s * local, local, mean, stdev, aug, rng, labels);
+          if (mp) mp->round(x);
           model->zero_grad();
           const double loss = ce.forward(dp.forward(x), labels);
           win_loss += loss * local;
@@ -225,12 +232,10 @@ int main(int argc, char** argv) {
           ++win_steps;
           const double lr = sched.at(step);
           if (mp) {
-            dp.backward(ce.backward(scaler.scale()));
-            const bool overflow = mp->unscale(scaler.scale());
-            if (scaler.update(overflow)) {
-              opt->step(lr);
-              mp->round_into_model();
-            }
+            tensor dy = ce.backward(scaler.scale());
+            mp->round(dy);
+            dp.backward(dy);
+            mp->step(*opt, scaler, lr);
           } else {
             dp.backward(ce.backward());
             opt->step(lr);
@@ -248,7 +253,9 @@ int main(int argc, char** argv) {
               std::printf("epoch %lld/%d step %lld/%lld loss %.4f acc %.2f%% lr %.4g images/s %.1f%s\n",
                           (long long)epoch + 1, cfg.epochs, (long long)s + 1, (long long)steps_per_epoch,
                           loss_sum / seen, 100.0 * correct / seen, lr, ips,
-                          mp ? (" scale " + std::to_string(int64_t(scaler.scale()))).c_str() : "");
+                          mp ? (" scale " + std::to_string(int64_t(scaler.scale())) + " skipped " +
+                                std::to_string(scaler.skipped())).c_str()
+                             : "");
               std::fflush(stdout);
               const double el = std::chrono::duration<double>(clock_type::now() - t0).count();
               csv << "train," << epoch + 1 << "," << step + 1 << "," << w[0] / w[2] << "," << w[1] / w[2] << "," << lr

@@ -265,3 +265,142 @@ TEST_CASE("mixed precision: bf16-rounded model weights, fp32 masters, unscale an
   CHECK(master[0]->value.data<float>()[0] == doctest::Approx(1.0 + 5.0 / 1024));
   CHECK(p.value.data<float>()[0] == float(braid::bfloat16(1.0f + 5.0f / 1024)));
 }
+
+namespace {
+
+// A task the small network can learn: 4 classes, each a fixed random 8x8 pattern; an image is its
+// class's pattern plus noise of half its amplitude. `steps` global batches of B.
+batch_data make_pattern_data(int steps, int B) {
+  std::mt19937_64 rng(99);
+  std::normal_distribution<float> n(0, 1);
+  std::vector<float> pat(4 * 64);
+  for (float& v : pat) v = n(rng);
+  batch_data d;
+  for (int s = 0; s < steps; ++s) {
+    tensor x({B, 1, 8, 8});
+    std::vector<std::int32_t> y(static_cast<std::size_t>(B));
+    for (int i = 0; i < B; ++i) {
+      y[std::size_t(i)] = std::int32_t(rng() % 4);
+      for (int j = 0; j < 64; ++j) x.data<float>()[i * 64 + j] = pat[std::size_t(y[std::size_t(i)] * 64 + j)] + 0.5f * n(rng);
+    }
+    d.x.push_back(x);
+    d.y.push_back(y);
+  }
+  return d;
+}
+
+} // namespace
+
+TEST_CASE("fp16 mixed precision: a scale too large for fp16 overflows; the step is skipped, the scale halves") {
+  const batch_data d = make_pattern_data(1, 16);
+  auto net = small_net(7, false);
+  mixed_precision mp(net->parameters(), braid::dtype::float16);
+  CHECK(mp.compute_type() == braid::dtype::float16);
+  auto master = mp.master_params();
+  sgd<float> opt(master, 0.9);
+  loss_scaler scaler(std::ldexp(1.0, 40), 4);
+  const auto model_before = weights(*net);
+  std::vector<std::vector<float>> master_before;
+  for (parameter* p : master) master_before.emplace_back(p->value.data<float>(), p->value.data<float>() + p->value.numel());
+  softmax_cross_entropy<float> ce;
+  ce.forward(net->forward(d.x[0]), d.y[0]);
+  net->backward(ce.backward(scaler.scale()));
+  // The scaled gradients are finite in float and some exceed fp16's largest finite value, 65504:
+  // the overflow below is fp16's range, not float's.
+  float largest = 0;
+  for (parameter* p : master)
+    for (std::int64_t j = 0; j < p->grad.numel(); ++j) {
+      REQUIRE(std::isfinite(p->grad.data<float>()[j]));
+      largest = std::max(largest, std::abs(p->grad.data<float>()[j]));
+    }
+  CHECK(largest > 65504.0f);
+  CHECK_FALSE(mp.step(opt, scaler, 0.1)); // overflow: skipped
+  CHECK(scaler.scale() == std::ldexp(1.0, 39));
+  CHECK(scaler.skipped() == 1);
+  CHECK(scaler.clean_steps() == 0);
+  CHECK(weights(*net) == model_before); // neither the model nor the masters moved
+  for (std::size_t i = 0; i < master.size(); ++i)
+    CHECK(std::vector<float>(master[i]->value.data<float>(), master[i]->value.data<float>() + master[i]->value.numel()) ==
+          master_before[i]);
+  // The same gradient values fit bf16 (float's range): no overflow there.
+  parameter big{"g", tensor({1}), tensor({1})};
+  mixed_precision bf({&big}, braid::dtype::bfloat16);
+  big.grad.data<float>()[0] = largest;
+  CHECK_FALSE(bf.unscale(1.0));
+  // round(): to the nearest half, ties to even; beyond 65504 (and its rounding margin) to inf.
+  tensor t({4});
+  const float in[4] = {1.0f + 1.0f / 4096, 65504.0f, 65520.0f, 1e-8f};
+  for (int i = 0; i < 4; ++i) t.data<float>()[i] = in[i];
+  mp.round(t);
+  CHECK(t.data<float>()[0] == 1.0f);
+  CHECK(t.data<float>()[1] == 65504.0f);
+  CHECK(std::isinf(t.data<float>()[2]));
+  CHECK(t.data<float>()[3] == 0.0f); // below half's smallest subnormal, 2^-24
+}
+
+TEST_CASE("fp16 mixed precision on 2 ranks: the scale doubles after 5 clean steps, halves on overflow; the loss falls") {
+  const int B = 16, steps = 80, interval = 5;
+  const batch_data d = make_pattern_data(steps, B);
+  struct record {
+    std::vector<double> loss, scale_before;
+    std::vector<bool> applied;
+    std::uint64_t skipped = 0;
+    std::vector<std::vector<float>> w;
+  };
+  std::vector<record> out(2);
+  braid::run_threads(2, [&](braid::communicator& c) {
+    record& rec = out[std::size_t(c.rank())];
+    auto net = small_net(100 + std::uint64_t(c.rank()), false);
+    ddp_options o;
+    o.comm_type = braid::dtype::float16; // fp16 gradient traffic, summed in float
+    ddp<float> dp(*net, c, o);
+    mixed_precision mp(net->parameters(), braid::dtype::float16);
+    sgd<float> opt(mp.master_params(), 0.9);
+    loss_scaler scaler(256.0, interval);
+    softmax_cross_entropy<float> ce;
+    const int local = B / 2, from = c.rank() * local;
+    for (int s = 0; s < steps; ++s) {
+      tensor x = slice(d.x[std::size_t(s)], from, local);
+      mp.round(x);
+      std::vector<std::int32_t> y(d.y[std::size_t(s)].begin() + from, d.y[std::size_t(s)].begin() + from + local);
+      net->zero_grad();
+      double l = ce.forward(dp.forward(x), y);
+      c.all_reduce(&l, &l, 1, braid::avg{});
+      tensor dy = ce.backward(scaler.scale());
+      mp.round(dy);
+      dp.backward(dy);
+      rec.loss.push_back(l);
+      rec.scale_before.push_back(scaler.scale());
+      rec.applied.push_back(mp.step(opt, scaler, 0.05));
+    }
+    rec.skipped = scaler.skipped();
+    rec.w = weights(*net);
+  });
+  const record& r = out[0];
+  // 256 is far from fp16's limits: the first 5 steps are clean, and the 5th doubles the scale.
+  for (int s = 0; s < interval; ++s) {
+    CHECK(r.applied[std::size_t(s)]);
+    CHECK(r.scale_before[std::size_t(s)] == 256.0);
+  }
+  CHECK(r.scale_before[interval] == 512.0);
+  // The scale keeps growing until a gradient overflows fp16: that step is skipped and the scale halves.
+  CHECK(r.skipped >= 1);
+  int checked = 0;
+  for (int s = 0; s + 1 < steps; ++s)
+    if (!r.applied[std::size_t(s)]) {
+      CHECK(r.scale_before[std::size_t(s) + 1] == r.scale_before[std::size_t(s)] / 2);
+      ++checked;
+    }
+  CHECK(checked == int(r.skipped) - (r.applied.back() ? 0 : 1));
+  double first = 0, last = 0;
+  for (int s = 0; s < 10; ++s) {
+    first += r.loss[std::size_t(s)] / 10;
+    last += r.loss[std::size_t(steps - 10 + s)] / 10;
+  }
+  MESSAGE("fp16: mean loss of the first 10 steps " << first << ", of the last 10 " << last << "; skipped "
+                                                  << r.skipped << ", final scale " << r.scale_before.back());
+  CHECK(first > 1.0);
+  CHECK(last < 0.5 * first);
+  CHECK(out[1].w == out[0].w); // both ranks took the same decisions: bit-identical replicas
+  CHECK(out[1].scale_before == out[0].scale_before);
+}

@@ -27,21 +27,23 @@
 
 #include "../braid.hpp"
 #include "layers.hpp"
+#include "optim.hpp"
 
 namespace braid::nn {
 
 struct ddp_options {
   std::size_t bucket_bytes = std::size_t(25) << 20;
   std::size_t first_bucket_bytes = std::size_t(1) << 20;
-  dtype comm_type = dtype::float32; // float32, or bfloat16 (summed in float) to halve the traffic
+  dtype comm_type = dtype::float32; // float32, or bfloat16 or float16 (summed in float) to halve the traffic
   bool broadcast_at_start = true;
 };
 
 template <class T> class ddp {
 public:
   ddp(module<T>& m, communicator& comm, ddp_options opts = {}) : m_(m), comm_(comm), opts_(opts) {
-    if (opts.comm_type != dtype::float32 && opts.comm_type != dtype::bfloat16 && opts.comm_type != dtype_of_v<T>)
-      raise(errc::invalid_argument, "ddp: comm_type must be the model's type, float32 or bfloat16");
+    if (opts.comm_type != dtype::float32 && opts.comm_type != dtype::bfloat16 && opts.comm_type != dtype::float16 &&
+        opts.comm_type != dtype_of_v<T>)
+      raise(errc::invalid_argument, "ddp: comm_type must be the model's type, float32, bfloat16 or float16");
     std::vector<parameter*> params = m.parameters();
     if (opts.broadcast_at_start) {
       for (parameter* p : params) comm_.broadcast(std::span<T>(p->value.template data<T>(), std::size_t(p->value.numel())), 0);
@@ -155,7 +157,7 @@ private:
     } else {
       visit(opts_.comm_type, [&](auto tag) {
         using C = typename decltype(tag)::type;
-        if constexpr (std::is_same_v<C, float> || std::is_same_v<C, bfloat16>) {
+        if constexpr (std::is_same_v<C, float> || std::is_same_v<C, bfloat16> || std::is_same_v<C, half>) {
           C* f = b.flat.template data<C>();
           std::int64_t off = 0;
           for (parameter* p : b.params) {
@@ -224,50 +226,74 @@ private:
   std::uint64_t skipped_ = 0;
 };
 
-// Mixed precision with fp32 master weights, emulated on the CPU: the model's parameters hold the
-// master weights rounded to `compute` (bfloat16 or half) and stored as float, so forward and backward
-// see low-precision weights; gradients (of the loss multiplied by the scaler's scale) are unscaled
-// into the master's view, checked for overflow, and the optimizer updates the fp32 masters, which are
-// then rounded into the model again. Activations stay float on the CPU path.
+// Mixed precision with fp32 master weights, emulated on the CPU: values are rounded to the compute
+// type (bfloat16 or half, to nearest even) and stored as float, so the numbers are those of the compute
+// type but the arithmetic, and its speed, are float's. What is rounded:
+//  * the model's parameters: the fp32 masters rounded, so forward and backward see low-precision weights;
+//  * each gradient, in unscale(), before it is checked and divided: the scaled gradient as a
+//    low-precision backward would store it. In half a magnitude above 65504 becomes inf (an overflow,
+//    which the loss scaler exists for) and one below 2^-24 becomes 0 (the underflow that the scale
+//    prevents); bfloat16 has float's range;
+//  * any tensor handed to round() (the trainer rounds the input batch and the loss gradient).
+// Activations inside the layers stay float. The optimizer updates the fp32 masters, which are then
+// rounded into the model again.
 class mixed_precision {
 public:
   mixed_precision(const std::vector<parameter*>& model_params, dtype compute)
       : model_(model_params), compute_(compute) {
     if (compute != dtype::bfloat16 && compute != dtype::float16)
-      raise(errc::invalid_argument, "mixed_precision: compute type must be bfloat16 or half");
+      raise(errc::invalid_argument, "mixed_precision: compute type must be bfloat16 or float16");
     for (parameter* p : model_params) master_.push_back(parameter{p->name, p->value.clone(), p->grad});
     round_into_model();
   }
+  dtype compute_type() const noexcept { return compute_; }
   // The fp32 master parameters (their grad tensors are the model's): give these to the optimizer.
   std::vector<parameter*> master_params() {
     std::vector<parameter*> v;
     for (parameter& p : master_) v.push_back(&p);
     return v;
   }
-  // Divides every gradient by `scale`; returns true when any gradient is inf or NaN.
+  // Rounds every gradient to the compute type, then divides it by `scale`; returns true when any
+  // rounded gradient is inf or NaN (the step must then be skipped).
   bool unscale(double scale) {
     bool bad = false;
     const float inv = float(1.0 / scale);
     for (parameter& p : master_) {
       float* g = p.grad.data<float>();
       for (std::int64_t j = 0; j < p.grad.numel(); ++j) {
+        g[j] = rounded(g[j]);
         if (!std::isfinite(g[j])) bad = true;
         g[j] *= inv;
       }
     }
     return bad;
   }
+  // One loss-scaled step: unscale the gradients by the scaler's scale, record the outcome in the
+  // scaler, and, when no gradient overflowed, step the optimizer on the masters and round them into
+  // the model. Returns whether the step was applied; a skipped step leaves masters and model unchanged.
+  bool step(optimizer<float>& opt, loss_scaler& scaler, double lr) {
+    if (!scaler.update(unscale(scaler.scale()))) return false;
+    opt.step(lr);
+    round_into_model();
+    return true;
+  }
+  // Rounds a float tensor in place to the compute type.
+  void round(tensor& t) const {
+    float* d = t.data<float>();
+    for (std::int64_t j = 0; j < t.numel(); ++j) d[j] = rounded(d[j]);
+  }
   // Copies the masters into the model, rounded to the compute type.
   void round_into_model() {
     for (std::size_t i = 0; i < master_.size(); ++i) {
       const float* s = master_[i].value.data<float>();
       float* d = model_[i]->value.data<float>();
-      for (std::int64_t j = 0; j < master_[i].value.numel(); ++j)
-        d[j] = compute_ == dtype::bfloat16 ? float(bfloat16(s[j])) : float(half(s[j]));
+      for (std::int64_t j = 0; j < master_[i].value.numel(); ++j) d[j] = rounded(s[j]);
     }
   }
 
 private:
+  float rounded(float v) const { return compute_ == dtype::bfloat16 ? float(bfloat16(v)) : float(half(v)); }
+
   std::vector<parameter*> model_;
   std::vector<parameter> master_;
   dtype compute_;
