@@ -24,21 +24,9 @@
 #include <string>
 #include <vector>
 
-namespace {
+#include "parse_size.hpp"
 
-bool parse_size(const char* s, std::uint64_t& out) {
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(s, &end, 10);
-  if (end == s) return false;
-  const std::string unit(end);
-  std::uint64_t scale = 1;
-  if (unit == "K" || unit == "k") scale = 1ull << 10;
-  else if (unit == "M" || unit == "m") scale = 1ull << 20;
-  else if (unit == "G" || unit == "g") scale = 1ull << 30;
-  else if (!unit.empty()) return false;
-  out = static_cast<std::uint64_t>(v) * scale;
-  return true;
-}
+namespace {
 
 int rank = 0, nranks = 1;
 
@@ -188,9 +176,9 @@ int main(int argc, char** argv) {
       for (braid::collective k : {braid::collective::all_reduce, braid::collective::all_gather, braid::collective::reduce_scatter, braid::collective::broadcast})
         if (braid::name(k) == a) c = k;
       colls.push_back(c);
-    } else if (next && a == "-b") ok = parse_size(argv[++i], min_b);
-    else if (next && a == "-e") ok = parse_size(argv[++i], max_b);
-    else if (next && a == "-f") ok = parse_size(argv[++i], factor) && factor >= 2;
+    } else if (next && a == "-b") ok = braid_bench::parse_size(argv[++i], min_b);
+    else if (next && a == "-e") ok = braid_bench::parse_size(argv[++i], max_b);
+    else if (next && a == "-f") ok = braid_bench::parse_size(argv[++i], factor) && factor >= 2;
     else if (next && a == "-n") ok = (iters = std::atoi(argv[++i])) >= 1;
     else if (next && a == "-w") ok = (warmup = std::atoi(argv[++i])) >= 0;
     else if (next && a == "-d") ok = (type = argv[++i]) == "float" || type == "double" || type == "int32";

@@ -20,21 +20,9 @@
 #include <string>
 #include <vector>
 
-namespace {
+#include "parse_size.hpp"
 
-bool parse_size(const char* s, std::uint64_t& out) {
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(s, &end, 10);
-  if (end == s) return false;
-  std::uint64_t scale = 1;
-  const std::string unit(end);
-  if (unit == "K" || unit == "k") scale = 1ull << 10;
-  else if (unit == "M" || unit == "m") scale = 1ull << 20;
-  else if (unit == "G" || unit == "g") scale = 1ull << 30;
-  else if (!unit.empty()) return false;
-  out = static_cast<std::uint64_t>(v) * scale;
-  return true;
-}
+namespace {
 
 // Small integers: every partial sum of up to 2^16 ranks is exact in float.
 float pattern(int rank, std::uint64_t i) { return static_cast<float>((static_cast<std::uint64_t>(rank) * 7 + i) % 13); }
@@ -53,9 +41,9 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     const bool has_next = i + 1 < argc;
     bool ok = has_next;
-    if (ok && a == "-b") ok = parse_size(argv[++i], min_bytes);
-    else if (ok && a == "-e") ok = parse_size(argv[++i], max_bytes);
-    else if (ok && a == "-f") ok = parse_size(argv[++i], factor) && factor >= 2;
+    if (ok && a == "-b") ok = braid_bench::parse_size(argv[++i], min_bytes);
+    else if (ok && a == "-e") ok = braid_bench::parse_size(argv[++i], max_bytes);
+    else if (ok && a == "-f") ok = braid_bench::parse_size(argv[++i], factor) && factor >= 2;
     else if (ok && a == "-n") iters = std::atoi(argv[++i]);
     else if (ok && a == "-w") warmup = std::atoi(argv[++i]);
     else ok = false;
