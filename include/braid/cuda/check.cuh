@@ -16,6 +16,20 @@ namespace braid::cuda_detail {
         static_cast<int>(e));
 }
 
+// Makes `dev` the current device for a scope, and restores the previous one.
+struct device_guard {
+  int saved = 0;
+  explicit device_guard(int dev) {
+    const cudaError_t e = cudaGetDevice(&saved);
+    if (e != cudaSuccess) raise_cuda(e, "cudaGetDevice", __FILE__, __LINE__);
+    if (dev != saved)
+      if (const cudaError_t f = cudaSetDevice(dev); f != cudaSuccess) raise_cuda(f, "cudaSetDevice", __FILE__, __LINE__);
+  }
+  device_guard(const device_guard&) = delete;
+  device_guard& operator=(const device_guard&) = delete;
+  ~device_guard() { cudaSetDevice(saved); }
+};
+
 } // namespace braid::cuda_detail
 
 #define BRAID_CUDA_CHECK(expr)                                                                       \

@@ -33,6 +33,7 @@
 #include "../core/types.hpp"
 #include "../schedule/schedule.hpp"
 #include "check.cuh"
+#include "collectives.cuh"
 #include "executor.cuh"
 
 namespace braid::cuda {
@@ -80,18 +81,10 @@ struct group_state {
   }
 };
 
-struct device_guard {
-  int saved = 0;
-  explicit device_guard(int dev) {
-    BRAID_CUDA_CHECK(cudaGetDevice(&saved));
-    if (dev != saved) BRAID_CUDA_CHECK(cudaSetDevice(dev));
-  }
-  ~device_guard() { cudaSetDevice(saved); }
-};
 
 } // namespace detail
 
-class communicator {
+class communicator : public detail::stream_collectives<communicator> {
 public:
   communicator() = default;
   int rank() const { return live(), rank_; }
@@ -119,29 +112,6 @@ public:
     __atomic_store_n(&g.abort->flag, 1u, __ATOMIC_RELEASE);
   }
 
-  template <element T, class Op = sum<>>
-    requires reduction_for<Op, T>
-  void all_reduce(const T* in, T* out, std::size_t count, Op op, cudaStream_t stream, call_options co = {}) {
-    launch<collective::all_reduce, T>(in, out, count, 0, op, stream, co);
-  }
-  template <element T>
-  void broadcast(const T* in, T* out, std::size_t count, int root, cudaStream_t stream, call_options co = {}) {
-    launch<collective::broadcast, T>(in, out, count, root, braid::detail::copy_only{}, stream, co);
-  }
-  template <element T, class Op = sum<>>
-    requires reduction_for<Op, T>
-  void reduce(const T* in, T* out, std::size_t count, int root, Op op, cudaStream_t stream, call_options co = {}) {
-    launch<collective::reduce, T>(in, out, count, root, op, stream, co);
-  }
-  template <element T, class Op = sum<>>
-    requires reduction_for<Op, T>
-  void reduce_scatter(const T* in, T* out, std::size_t recv_count, Op op, cudaStream_t stream, call_options co = {}) {
-    launch<collective::reduce_scatter, T>(in, out, recv_count, 0, op, stream, co);
-  }
-  template <element T>
-  void all_gather(const T* in, T* out, std::size_t send_count, cudaStream_t stream, call_options co = {}) {
-    launch<collective::all_gather, T>(in, out, send_count, 0, braid::detail::copy_only{}, stream, co);
-  }
 
   algo algorithm_for(collective c, std::uint64_t bytes, algo requested = algo::automatic) const {
     const detail::group_state& g = live();
@@ -162,8 +132,9 @@ private:
     return *g_;
   }
 
+  friend class detail::stream_collectives<communicator>;
   template <collective c, class T, class Op>
-  void launch(const T* in, T* out, std::size_t count, int root, const Op& op, cudaStream_t stream, call_options co) {
+  void collective_call(const T* in, T* out, std::size_t count, int root, const Op& op, cudaStream_t stream, call_options co) {
     detail::group_state& g = live();
     const int n = g.nranks, r = rank_;
     error_context ctx{r, std::string_view(name(c)).data(), 0, -1};
@@ -173,7 +144,7 @@ private:
     const std::size_t in_n = sh.in_n, out_n = sh.out_n;
     const auto lo = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p); };
     if (count == 0) return;
-    detail::device_guard dg(g.ranks[static_cast<std::size_t>(r)].device);
+    cuda_detail::device_guard dg(g.ranks[static_cast<std::size_t>(r)].device);
     if (n == 1) {
       if (writes_out && !in_place)
         BRAID_CUDA_CHECK(cudaMemcpyAsync(out, in, out_n * sizeof(T), cudaMemcpyDeviceToDevice, stream));
@@ -231,7 +202,7 @@ inline std::vector<communicator> create_group(const std::vector<int>& devices, c
       int ok = 0;
       BRAID_CUDA_CHECK(cudaDeviceCanAccessPeer(&ok, a, b));
       if (!ok) raise(errc::unsupported, "GPU " + std::to_string(a) + " cannot access GPU " + std::to_string(b) + " peer to peer");
-      detail::device_guard dg(a);
+      cuda_detail::device_guard dg(a);
       const cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
       if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
       else if (e != cudaSuccess) cuda_detail::raise_cuda(e, "cudaDeviceEnablePeerAccess", __FILE__, __LINE__);
@@ -242,7 +213,7 @@ inline std::vector<communicator> create_group(const std::vector<int>& devices, c
   int blocks = o.max_blocks_per_rank;
   for (int d : devices) {
     const int on_d = static_cast<int>(std::count(devices.begin(), devices.end(), d));
-    detail::device_guard dg(d);
+    cuda_detail::device_guard dg(d);
     int sms = 0, per_sm = 0;
     BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d));
     BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
@@ -262,7 +233,7 @@ inline std::vector<communicator> create_group(const std::vector<int>& devices, c
   for (int r = 0; r < n; ++r) {
     auto& m = g->ranks[static_cast<std::size_t>(r)];
     m.device = devices[static_cast<std::size_t>(r)];
-    detail::device_guard dg(m.device);
+    cuda_detail::device_guard dg(m.device);
     const std::size_t bytes = ctrl_aligned + 2 * g->half_bytes;
     BRAID_CUDA_CHECK(cudaMalloc(&m.segment, bytes));
     BRAID_CUDA_CHECK(cudaMemset(m.segment, 0, ctrl_aligned));
@@ -278,12 +249,12 @@ inline std::vector<communicator> create_group(const std::vector<int>& devices, c
   for (int r = 0; r < n; ++r) views[static_cast<std::size_t>(r)] = g->ranks[static_cast<std::size_t>(r)].view;
   for (int r = 0; r < n; ++r) {
     auto& m = g->ranks[static_cast<std::size_t>(r)];
-    detail::device_guard dg(m.device);
+    cuda_detail::device_guard dg(m.device);
     BRAID_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&m.table), sizeof(cuda_detail::device_rank) * static_cast<std::size_t>(n)));
     BRAID_CUDA_CHECK(cudaMemcpy(m.table, views.data(), sizeof(cuda_detail::device_rank) * static_cast<std::size_t>(n), cudaMemcpyHostToDevice));
   }
   for (int r = 0; r < n; ++r) {
-    detail::device_guard dg(g->ranks[static_cast<std::size_t>(r)].device);
+    cuda_detail::device_guard dg(g->ranks[static_cast<std::size_t>(r)].device);
     BRAID_CUDA_CHECK(cudaDeviceSynchronize());
   }
   std::vector<communicator> out(static_cast<std::size_t>(n));

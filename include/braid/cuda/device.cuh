@@ -44,13 +44,13 @@ __device__ inline u64 globaltimer() {
 }
 
 __device__ inline u64 load_acquire(const u64* p) {
-  cuda::atomic_ref<u64, cuda::thread_scope_system> r(*const_cast<u64*>(p));
-  return r.load(cuda::memory_order_acquire);
+  ::cuda::atomic_ref<u64, ::cuda::thread_scope_system> r(*const_cast<u64*>(p));
+  return r.load(::cuda::memory_order_acquire);
 }
 // Raises *p to v (never lowers it), with release at system scope.
 __device__ inline void post_max_release(u64* p, u64 v) {
-  cuda::atomic_ref<u64, cuda::thread_scope_system> r(*p);
-  r.fetch_max(v, cuda::memory_order_release);
+  ::cuda::atomic_ref<u64, ::cuda::thread_scope_system> r(*p);
+  r.fetch_max(v, ::cuda::memory_order_release);
 }
 
 // Bounded spin by one thread: waits until *word >= target, or the group is aborted, or timeout_ns

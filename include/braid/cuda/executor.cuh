@@ -53,8 +53,8 @@ __device__ inline bool arrive(u64* counter) {
   bool last = false;
   if (threadIdx.x == 0) {
     __threadfence_system();
-    cuda::atomic_ref<u64, cuda::thread_scope_device> c(*counter);
-    const u64 old = c.fetch_add(1, cuda::memory_order_acq_rel);
+    ::cuda::atomic_ref<u64, ::cuda::thread_scope_device> c(*counter);
+    const u64 old = c.fetch_add(1, ::cuda::memory_order_acq_rel);
     last = old % gridDim.x == gridDim.x - 1;
   }
   return last;
