@@ -43,6 +43,8 @@ void print_help(const char* argv0) {
       "                        nccl (NCCL in the same harness; builds that found NCCL) [threads]\n"
       "  -T, --timeout S       deadline of every wait in seconds   [BRAID_TIMEOUT or 300]\n"
       "      --csv FILE        also write the rows as CSV\n"
+      "      --procs N         with --backend cuda: N ranks as N forked processes over CUDA IPC\n"
+      "                        (braid::cuda::process_communicator; all_reduce of float, sum)\n"
       "      --kernel          with --backend cuda: time the reduce-copy loop of the kernels\n"
       "                        alone (copy, sum of 2) against cudaMemcpy, sizes -b..-e\n"
       "      --inject-fault    test the checker: the last rank flips one bit of its result\n"
@@ -232,6 +234,9 @@ int parse_args(int argc, char** argv, config& cfg) {
       } else {
         return bad("unknown backend '" + vs + "' (threads, procs, cuda, nccl)");
       }
+    } else if (a == "--procs") {
+      if (!parse_int(v, cfg.nranks) || cfg.nranks < 1 || cfg.nranks > 64) return bad("--procs needs 1..64");
+      cfg.cuda_procs = true;
     } else if (a == "--csv") {
       cfg.csv = vs;
     } else {
@@ -240,6 +245,10 @@ int parse_args(int argc, char** argv, config& cfg) {
   }
   if (cfg.colls.empty()) cfg.colls = {collective::all_reduce};
   if (cfg.kernel && cfg.backend != backend_kind::cuda) return bad("--kernel needs --backend cuda");
+  if (cfg.cuda_procs && cfg.backend != backend_kind::cuda) return bad("--procs needs --backend cuda");
+  if (cfg.cuda_procs && (cfg.colls != std::vector<collective>{collective::all_reduce} ||
+                         cfg.types != std::vector<dtype>{dtype::float32} || cfg.ops != std::vector<op_kind>{op_kind::sum}))
+    return bad("--procs measures all_reduce of float with sum only");
   if (cfg.min_bytes > cfg.max_bytes) return bad("-b is larger than -e");
   if (cfg.root < 0 || cfg.root >= cfg.nranks) return bad("root " + std::to_string(cfg.root) + " out of range for " +
                                                          std::to_string(cfg.nranks) + " ranks");
@@ -275,6 +284,7 @@ int main(int argc, char** argv) {
 
   if (cfg.backend == backend_kind::cuda || cfg.backend == backend_kind::nccl) {
 #ifdef BRAID_BENCH_CUDA
+    if (cfg.cuda_procs) return run_cuda_procs(cfg, opts.timeout);
     return run_cuda_backend(cfg, opts.timeout, cfg.backend == backend_kind::nccl);
 #endif
   }

@@ -13,8 +13,15 @@
 // synchronised, time = wall time / n. Check (-c 1): pattern inputs, poisoned outputs with 64 guard
 // bytes each side, one call, every rank's output copied back and compared with the host reference of
 // bench.hpp, inputs unchanged, guards intact, replicated results bit-identical to rank 0's.
+//
+// --procs N: N forked processes, one braid::cuda::process_communicator each (rank r on GPU r % device
+// count), all_reduce of float with sum only. Calls are blocking there, so time = wall time of n calls
+// / n, max over ranks; check: inputs r + 1 + i % 7, every element of every rank compared exactly.
 #include "bench.hpp"
 #include "cuda/launch.hpp"
+#include "cuda/launch_procs.hpp"
+
+#include <support/fork_ranks.hpp>
 
 #include <cuda_runtime.h>
 #ifdef BRAID_BENCH_NCCL
@@ -104,7 +111,7 @@ void nccl_ok(ncclResult_t e, const char* what) {
 
 class nccl_engine final : public engine {
 public:
-  explicit nccl_engine(const std::vector<int>& devices) : devices_(devices) {
+  explicit nccl_engine(const std::vector<int>& devices) {
     const int n = static_cast<int>(devices.size());
     comms_.resize(devices.size());
     nccl_ok(ncclCommInitAll(comms_.data(), n, devices.data()), "ncclCommInitAll");
@@ -161,7 +168,6 @@ public:
   }
 
 private:
-  std::vector<int> devices_;
   std::vector<ncclComm_t> comms_;
   std::vector<cudaStream_t> streams_;
 
@@ -243,7 +249,6 @@ private:
   table_printer out_;
   std::uint64_t salt_ = 0;
 
-  void sync_all() { e_.sync(); }
 
   template <class T> void row(collective c, algo a, dtype t, op_kind k, std::uint64_t size) {
     const std::uint64_t es = sizeof(T);
@@ -312,10 +317,10 @@ private:
     double time_us = 0;
     if (cfg_.iters > 0) {
       for (int i = 0; i < cfg_.warmup; ++i) once();
-      sync_all();
+      e_.sync();
       const auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < cfg_.iters; ++i) once();
-      sync_all();
+      e_.sync();
       const auto t1 = std::chrono::steady_clock::now();
       time_us = std::chrono::duration<double, std::micro>(t1 - t0).count() / cfg_.iters;
     }
@@ -325,7 +330,7 @@ private:
       pat = pattern<T>(k, n_, ++salt_, copy);
       fill_inputs();
       once();
-      sync_all();
+      e_.sync();
       std::vector<std::byte> first; // rank 0's result where it is replicated
       for (int r = 0; r < n_; ++r) {
         const auto ur = static_cast<std::size_t>(r);
@@ -448,6 +453,63 @@ int run_cuda_backend(const config& cfg, std::chrono::nanoseconds timeout, bool n
     std::fprintf(stderr, "braid-bench: error: %s\n", ex.what());
     return exit_error;
   }
+}
+
+int run_cuda_procs(const config& cfg, std::chrono::nanoseconds timeout) {
+  namespace gp = braid::gpu_procs;
+  const int n = cfg.nranks;
+  // Fork first: the parent must not initialise CUDA.
+  const std::vector<int> st = braid::testing::fork_ranks(
+      n,
+      [&](int r, const braid::unique_id& id) {
+        const int ndev = gp::device_count();
+        if (ndev == 0) {
+          if (r == 0) std::fprintf(stderr, "braid-bench: --backend cuda --procs: no CUDA device\n");
+          return exit_usage;
+        }
+        braid::options o = braid::options::from_env();
+        o.timeout = timeout;
+        gp::comm_options co;
+        co.timeout = timeout;
+        auto c = gp::connect(braid::communicator::join(id, r, n, o), r % ndev, co);
+        std::unique_ptr<table_printer> out;
+        if (r == 0) {
+          out = std::make_unique<table_printer>(cfg, n, "cuda-procs");
+          out->open_csv();
+          out->print_global_header();
+          std::printf("# ranks are processes, rank r on GPU r %% %d; staging %zu bytes of device memory per rank\n", ndev,
+                      gp::memory_bytes(*c));
+          out->print_table_header(collective::all_reduce, algo::automatic);
+        }
+        for (std::uint64_t size : sizes_of(cfg)) {
+          const std::uint64_t count = size / sizeof(float);
+          half_result halves[2];
+          for (int ip = 0; ip < 2; ++ip) {
+            const double t = gp::max_over_ranks(*c, gp::time_all_reduce(*c, count, cfg.warmup, cfg.iters, ip == 1));
+            std::int64_t wrong = 0;
+            for (int k = 0; k < cfg.check; ++k) wrong += gp::check_all_reduce(*c, count, ip == 1);
+            wrong = gp::sum_over_ranks(*c, wrong);
+            if (out) halves[ip] = out->finish(collective::all_reduce, count * sizeof(float), t * 1e6, wrong, cfg.check > 0);
+          }
+          if (out)
+            out->print_row(collective::all_reduce, algo::automatic, "float", "sum", -1, count * sizeof(float), count, halves[0],
+                           halves[1]);
+        }
+        if (!out) return exit_ok;
+        out->print_table_footer();
+        return out->print_summary();
+      },
+      std::chrono::seconds(7 * 24 * 3600));
+  int worst = exit_ok;
+  for (std::size_t q = 0; q < st.size(); ++q) {
+    if (st[q] == exit_ok || st[q] == exit_usage || (q == 0 && st[q] == exit_wrong)) {
+      worst = std::max(worst, st[q]);
+      continue;
+    }
+    std::fprintf(stderr, "braid-bench: rank %zu exited with status %d\n", q, st[q]);
+    worst = std::max(worst, exit_error);
+  }
+  return worst;
 }
 
 } // namespace braid_bench

@@ -4,9 +4,10 @@
 #
 # Configures a fresh build for the GPU (CUDA architectures $CUDAARCHS, default 90), builds it, and runs
 # and logs: the machine (UTC date, hostname, commit and whether the tree is dirty, nvidia-smi, nvcc),
-# every GPU test (ctest -L gpu -V), the GPU test executable under compute-sanitizer memcheck and
-# racecheck (with a reduced sweep: sanitizers are slow), and, when they were built, braid-bench
-# --backend cuda (and --backend nccl beside it where NCCL is found) and the Google Benchmark micro
+# every GPU test (ctest -L gpu -V: test_gpu and test_gpu_procs), the one-process GPU test under
+# compute-sanitizer memcheck and racecheck and the cross-process one under memcheck (reduced sweeps:
+# sanitizers are slow), and, when they were built, braid-bench --backend cuda (one process, and
+# --procs N for processes; --backend nccl beside it where NCCL is found) and the Google Benchmark micro
 # binaries. Every command's exit status is recorded; a failing step does not stop the ones after it.
 # Everything goes to ONE plain-text log:
 #     <out-dir>/gpu-check-<UTC date>-<short commit>.log
@@ -284,6 +285,20 @@ if want racecheck; then
     sanitize racecheck 2,4 -- "--test-case=gpu sweep: float*,gpu graph*"
 fi
 
+if want memcheck; then
+  # The cross-process communicator under memcheck, every forked rank included (reduced sweep, 2 ranks).
+  procs_bin="$build/tests/cuda/test_gpu_procs"
+  sanitize_procs() {
+    if [ -z "$sanitizer" ]; then echo "compute-sanitizer not found"; return 127; fi
+    if [ ! -x "$procs_bin" ]; then echo "$procs_bin was not built"; return 127; fi
+    env BRAID_GPU_SWEEP_LARGE="$san_large" BRAID_GPU_PROCS_NRANKS=2 BRAID_TIMEOUT=120 \
+      timeout --signal=INT --kill-after=60 "$san_timeout" \
+      "$sanitizer" --tool memcheck --target-processes all --error-exitcode 86 --print-limit 100 "$procs_bin" \
+      "--test-case=reference*,registration*"
+  }
+  step INFO "compute-sanitizer memcheck (test_gpu_procs: sweep and registration, 2 processes)" sanitize_procs
+fi
+
 # ---- benchmarks (recorded, not judged) ------------------------------------------------------------------
 if want bench; then
   bench_bin="$build/bench/braid-bench"
@@ -299,6 +314,11 @@ if want bench; then
         env BRAID_TIMEOUT=60 "$bench_bin" all_reduce -d float,bfloat16 -o sum -b 8 -e 256M -f 2 -n 50 -w 10 -c 1 -np "$np" --backend cuda
       step INFO "braid-bench --backend nccl, all_reduce float sum, $np ranks" \
         env NCCL_MULTI_RANK_GPU_ENABLE=1 "$bench_bin" all_reduce -d float,bfloat16 -o sum -b 8 -e 256M -f 2 -n 50 -w 10 -c 1 -np "$np" --backend nccl
+    done
+    for np in 2 4; do
+      # Ranks as processes (braid::cuda::process_communicator over CUDA IPC, host-synchronised).
+      step INFO "braid-bench --backend cuda --procs $np, all_reduce float sum" \
+        env BRAID_TIMEOUT=60 "$bench_bin" all_reduce -d float -o sum -b 8 -e 256M -f 2 -n 50 -w 10 -c 1 --backend cuda --procs "$np"
     done
     step INFO "braid-bench --backend cuda, correctness: every type, operator, algorithm, 4 ranks" \
       env BRAID_TIMEOUT=60 "$bench_bin" all -d all -o all -a all -b 0 -e 16807 -f 7 -n 1 -w 0 -c 1 -np 4 --backend cuda

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job: installs what it needs, builds, and runs braid-bench over every collective and every
-# algorithm with checking on (#wrong must be 0): on CUDA (one process) when a GPU is present, and on
+# algorithm with checking on (#wrong must be 0): on CUDA (one process, and all_reduce with ranks as
+# processes) when a GPU is present, and on
 # the CPU (ranks as threads and as processes) always; then the Fashion-MNIST trainer briefly.
 # Usage: scripts/bench.sh [build-dir]
 set -euo pipefail
@@ -18,6 +19,10 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q 
   echo "# GPU present: $(nvidia-smi -L | head -1)"
   for np in 2 4 8; do
     "$bench" all -a all -d float -o sum -c 1 -b 8 -e 256M -f 8 -n 20 -w 5 -np "$np" --backend cuda || status=$?
+  done
+  # Ranks as processes over CUDA IPC (braid::cuda::process_communicator).
+  for np in 2 4; do
+    "$bench" all_reduce -d float -o sum -c 1 -b 8 -e 256M -f 8 -n 20 -w 5 --backend cuda --procs "$np" || status=$?
   done
 fi
 for backend in threads procs; do

@@ -1,0 +1,743 @@
+// braid/cuda/process.cuh — collectives between GPU ranks that live in different processes (or in
+// different threads of one process), over CUDA IPC memory handles, with the synchronisation on the
+// host. Several processes may share one GPU.
+//
+//   braid::communicator host = braid::communicator_from_env();        // RANK/WORLD_SIZE/LOCAL_RANK, or
+//   braid::cuda::process_communicator comm(std::move(host));          // BRAID_UNIQUE_ID; GPU = rank % count
+//   comm.all_reduce(d_in, d_out, count, braid::sum{}, stream);        // returns when the result is in d_out
+//
+// Why the host synchronises: kernels of different processes do not run at the same time on one GPU
+// (the GPU time-slices between contexts), so a kernel that spin-waits for a peer process on the same
+// GPU would wait for work that cannot run until it yields. No kernel of this communicator ever waits
+// for a peer. Each round of a call is: (1) the rank's input slice is copied into its staging memory
+// unless the input lies in memory registered with the communicator; (2) the host waits for that copy,
+// then all ranks exchange a small call descriptor through the host communicator (this is also the
+// synchronisation point, and it checks that every rank makes the same call); (3) the rank reads its
+// peers' slices through IPC mappings: either copy engines move each peer's piece into local scratch
+// (cudaMemcpyAsync) and a small kernel reduces the pieces, or, for pieces below
+// copy_engine_min_bytes, the reduce kernel reads the peers' memory directly; (4) for all_reduce, after
+// a host barrier, each rank copies the other ranks' reduced shards. Staging memory has two halves
+// used by alternate rounds, so a rank never overwrites memory a peer may still read.
+//
+// Guarantees: the reduction order is rank 0, 1, ..., n-1 for every element; each element is reduced
+// by one rank and copied bit for bit to the others, so every rank gets identical bits. Every host wait
+// has the deadline of process_options::base.timeout, and a peer that dies or raises makes every
+// other rank raise (peer_failed, aborted) instead of waiting. After an error the communicator
+// refuses further calls (usage_error carrying the cause).
+//
+// Calls are blocking on the host: a call returns when its work on `stream` is complete (it waits for
+// the stream's earlier work too). They cannot be captured in a CUDA graph (unsupported_error).
+// Destruction is collective: the destructor waits (a host barrier) until no peer can still be
+// reading this rank's staging memory, unless the communicator failed.
+//
+// Not verified on a GPU yet: this file compiles in CI; the GPU tests skip where no device exists.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include <unistd.h>
+
+#include "../bootstrap/env.hpp"
+#include "../comm/communicator.hpp"
+#include "../comm/options.hpp"
+#include "../comm/validate.hpp"
+#include "../core/error.hpp"
+#include "../core/ops.hpp"
+#include "../core/types.hpp"
+#include "check.cuh"
+#include "collectives.cuh"
+#include "device.cuh"
+#include "process_layout.hpp"
+
+namespace braid::cuda {
+
+struct process_options {
+  options base = options::from_env();         // timeout (every host wait, and the GPU work of one round)
+  std::size_t staging_bytes = std::size_t{32} << 20; // device memory per rank, two halves
+  std::size_t copy_engine_min_bytes = std::size_t{1} << 20; // per-peer piece at or above: copy engines
+  int reduce_blocks = 16;                      // blocks of the reduce kernel (the SMs braid may use)
+  int threads = 512;
+};
+
+// What a communicator has done, for tests and tuning.
+struct process_stats {
+  std::uint64_t calls = 0;
+  std::uint64_t rounds = 0;
+  std::uint64_t staged_bytes = 0;        // copied into staging memory (inputs not registered)
+  std::uint64_t copy_engine_bytes = 0;   // moved from peers by cudaMemcpyAsync
+  std::uint64_t direct_read_bytes = 0;   // read from peers by the reduce kernel
+};
+
+namespace ipc_detail {
+
+using u64 = std::uint64_t;
+
+inline constexpr int max_ranks = 64;
+
+// The allocation a device pointer lies in (base and size), from the driver; raises unsupported for
+// memory that is not ordinary device memory.
+struct allocation {
+  u64 base = 0;
+  std::size_t size = 0;
+};
+
+inline allocation find_allocation(const void* p, const error_context& ctx) {
+  cudaPointerAttributes at{};
+  const cudaError_t e = cudaPointerGetAttributes(&at, p);
+  if (e != cudaSuccess) cuda_detail::raise_cuda(e, "cudaPointerGetAttributes", __FILE__, __LINE__, ctx);
+  if (at.type != cudaMemoryTypeDevice)
+    raise(errc::unsupported,
+          std::string("the buffer is ") + (at.type == cudaMemoryTypeManaged ? "managed memory" : at.type == cudaMemoryTypeHost ? "host memory" : "not CUDA memory") +
+              ": only device memory (cudaMalloc) can be shared with other processes",
+          ctx);
+  using range_fn = int (*)(unsigned long long*, std::size_t*, unsigned long long);
+  static const range_fn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+#if CUDART_VERSION >= 12050
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault, &q) != cudaSuccess) return range_fn{};
+#else
+    if (cudaGetDriverEntryPoint("cuMemGetAddressRange", &f, cudaEnableDefault, &q) != cudaSuccess) return range_fn{};
+#endif
+    return q == cudaDriverEntryPointSuccess ? reinterpret_cast<range_fn>(f) : range_fn{};
+  }();
+  if (!fn) raise(errc::unsupported, "the CUDA driver does not provide cuMemGetAddressRange", ctx);
+  unsigned long long base = 0;
+  std::size_t size = 0;
+  if (const int rc = fn(&base, &size, reinterpret_cast<unsigned long long>(p)); rc != 0)
+    raise(errc::cuda, "cuMemGetAddressRange failed (CUresult " + std::to_string(rc) + ") for a device pointer", ctx);
+  return {base, size};
+}
+
+// What a rank tells its peers about one range of device memory it shares.
+struct wire_region {
+  cudaIpcMemHandle_t handle; // of the whole allocation
+  u64 base;                  // the exporter's address of the allocation
+  u64 offset;                // start of the shared range within it
+  u64 bytes;                 // length of the shared range
+  std::int32_t pid, device;
+  std::int32_t valid, pad;
+};
+static_assert(std::is_trivially_copyable_v<wire_region>);
+
+// Exports [p, p + bytes) (which must lie in one cudaMalloc allocation).
+inline wire_region export_region(void* p, std::size_t bytes, int device, const error_context& ctx) {
+  const allocation a = find_allocation(p, ctx);
+  const u64 at = reinterpret_cast<u64>(p);
+  if (at + bytes > a.base + a.size)
+    raise(errc::invalid_argument,
+          "the range of " + std::to_string(bytes) + " bytes runs past the end of its allocation (" +
+              std::to_string(a.base + a.size - at) + " bytes left)",
+          ctx);
+  wire_region w{};
+  const cudaError_t e = cudaIpcGetMemHandle(&w.handle, reinterpret_cast<void*>(a.base));
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    raise(errc::unsupported,
+          std::string("this memory cannot be exported with cudaIpcGetMemHandle (") + cudaGetErrorName(e) +
+              "): allocate it with cudaMalloc (not cudaMallocAsync pools, managed or virtual memory without an IPC handle type)",
+          ctx);
+  }
+  w.base = a.base;
+  w.offset = at - a.base;
+  w.bytes = bytes;
+  w.pid = static_cast<std::int32_t>(::getpid());
+  w.device = device;
+  w.valid = 1;
+  return w;
+}
+
+// Peers' memory mapped into this process: each (peer, allocation) is opened once with
+// cudaIpcOpenMemHandle and closed when its last user unmaps it or when the table is destroyed (on
+// every path, errors included). A peer in this same process is reached through its own address.
+class peer_mappings {
+public:
+  peer_mappings() = default;
+  peer_mappings(const peer_mappings&) = delete;
+  peer_mappings& operator=(const peer_mappings&) = delete;
+  ~peer_mappings() {
+    for (auto& e : v_)
+      if (e.opened) cudaIpcCloseMemHandle(e.local);
+  }
+
+  // Start of the peer's shared range in this process.
+  std::byte* map(int peer, const wire_region& w, int my_device, const error_context& ctx) {
+    if (!w.valid) raise(errc::protocol, "rank " + std::to_string(peer) + " shared no memory", ctx);
+    for (auto& e : v_)
+      if (e.peer == peer && e.remote_base == w.base) {
+        ++e.refs;
+        return static_cast<std::byte*>(e.local) + w.offset;
+      }
+    entry e{peer, w.base, nullptr, 1, false};
+    if (w.pid == static_cast<std::int32_t>(::getpid())) {
+      e.local = reinterpret_cast<void*>(w.base);
+      if (w.device != my_device) enable_peer(my_device, w.device, ctx);
+    } else {
+      const cudaError_t rc = cudaIpcOpenMemHandle(&e.local, w.handle, cudaIpcMemLazyEnablePeerAccess);
+      if (rc != cudaSuccess) {
+        error_context c = ctx;
+        c.peer = peer;
+        cuda_detail::raise_cuda(rc, "cudaIpcOpenMemHandle (a peer's memory)", __FILE__, __LINE__, c);
+      }
+      e.opened = true;
+    }
+    v_.push_back(e);
+    return static_cast<std::byte*>(e.local) + w.offset;
+  }
+
+  void unmap(int peer, u64 remote_base) {
+    for (std::size_t i = 0; i < v_.size(); ++i) {
+      entry& e = v_[i];
+      if (e.peer != peer || e.remote_base != remote_base || --e.refs > 0) continue;
+      if (e.opened) cudaIpcCloseMemHandle(e.local);
+      v_.erase(v_.begin() + static_cast<std::ptrdiff_t>(i));
+      return;
+    }
+  }
+
+  std::size_t open_handles() const {
+    return static_cast<std::size_t>(std::count_if(v_.begin(), v_.end(), [](const entry& e) { return e.opened; }));
+  }
+
+private:
+  struct entry {
+    int peer;
+    u64 remote_base;
+    void* local;
+    int refs;
+    bool opened;
+  };
+  std::vector<entry> v_;
+
+  static void enable_peer(int mine, int theirs, const error_context& ctx) {
+    int ok = 0;
+    BRAID_CUDA_CHECK(cudaDeviceCanAccessPeer(&ok, mine, theirs));
+    if (!ok)
+      raise(errc::unsupported, "GPU " + std::to_string(mine) + " cannot access GPU " + std::to_string(theirs) + " peer to peer", ctx);
+    const cudaError_t e = cudaDeviceEnablePeerAccess(theirs, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
+    else if (e != cudaSuccess) cuda_detail::raise_cuda(e, "cudaDeviceEnablePeerAccess", __FILE__, __LINE__, ctx);
+  }
+};
+
+// One round's call, as every rank announces it (also the synchronisation point of the round).
+struct call_desc {
+  u64 seq, count, in_off, round;
+  std::int32_t coll, root, in_reg, elem_size;
+  std::int32_t type, op, valid, pad;
+};
+static_assert(std::is_trivially_copyable_v<call_desc>);
+
+template <class T> struct sources {
+  const T* p[max_ranks];
+};
+
+template <class T, class Op>
+__global__ void reduce_kernel(sources<T> s, int ns, T* dst, T* dst2, u64 count, Op op, bool final, int nranks) {
+  const u64 tid = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const u64 nthreads = static_cast<u64>(gridDim.x) * blockDim.x;
+  cuda_detail::reduce_copy<T>(s.p, ns, dst, dst2, count, op, final, nranks, tid, nthreads);
+}
+
+
+} // namespace ipc_detail
+
+class process_communicator : public detail::stream_collectives<process_communicator> {
+public:
+  process_communicator() = default;
+  process_communicator(process_communicator&&) noexcept = default;
+  process_communicator& operator=(process_communicator&& o) noexcept {
+    if (this != &o) {
+      close();
+      s_ = std::move(o.s_);
+    }
+    return *this;
+  }
+  ~process_communicator() { close(); }
+
+  // Joins the GPU ranks: one per rank of `host` (processes or threads of one host). `device` -1 picks
+  // GPU host.rank() % (number of GPUs). Collective: every rank constructs at the same time.
+  explicit process_communicator(braid::communicator host, int device = -1, const process_options& o = {})
+      : s_(std::make_unique<state>()) {
+    state& s = *s_;
+    s.host = std::move(host);
+    s.opts = o;
+    const int n = s.host.size(), r = s.host.rank();
+    error_context ctx{r, "cuda::process_communicator", 0, -1};
+    try {
+      if (n > ipc_detail::max_ranks) raise(errc::unsupported, "at most 64 ranks", ctx);
+      if (o.reduce_blocks < 1 || o.threads < 32 || o.threads > 1024)
+        raise(errc::invalid_argument, "reduce_blocks must be >= 1 and threads within [32, 1024]", ctx);
+      int count = 0;
+      BRAID_CUDA_CHECK(cudaGetDeviceCount(&count));
+      if (count < 1) raise(errc::unsupported, "no CUDA device", ctx);
+      if (device < 0) device = r % count;
+      if (device >= count) raise(errc::invalid_argument, "device " + std::to_string(device) + " does not exist", ctx);
+      s.device = device;
+      cuda_detail::device_guard dg(device);
+      s.half = ipc_detail::round_up(std::max<std::size_t>(o.staging_bytes / 2, 64 << 10), 4096);
+      BRAID_CUDA_CHECK(cudaMalloc(&s.staging.p, 2 * s.half));
+      BRAID_CUDA_CHECK(cudaMemset(s.staging.p, 0, 2 * s.half));
+      BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&s.done.e, cudaEventDisableTiming));
+      BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+      const ipc_detail::wire_region mine = ipc_detail::export_region(s.staging.p, 2 * s.half, device, ctx);
+      std::vector<ipc_detail::wire_region> all = exchange(s, mine);
+      s.peer_staging.assign(static_cast<std::size_t>(n), nullptr);
+      s.peer_staging_base.assign(static_cast<std::size_t>(n), 0);
+      for (int q = 0; q < n; ++q) {
+        const auto& w = all[static_cast<std::size_t>(q)];
+        if (w.bytes != 2 * s.half)
+          raise(errc::mismatch, "rank " + std::to_string(q) + " has " + std::to_string(w.bytes) + " bytes of staging memory, this rank " +
+                                    std::to_string(2 * s.half) + ": every rank must use the same staging_bytes", ctx);
+        if (q == r) {
+          s.peer_staging[static_cast<std::size_t>(q)] = static_cast<std::byte*>(s.staging.p);
+          continue;
+        }
+        s.peer_staging[static_cast<std::size_t>(q)] = s.maps.map(q, w, device, ctx);
+        s.peer_staging_base[static_cast<std::size_t>(q)] = w.base;
+      }
+      // Nobody uses a peer's memory before every rank has mapped everyone's.
+      s.host.barrier();
+    } catch (...) {
+      fail_quietly(s);
+      throw;
+    }
+  }
+
+  // Convenience: the host communicator from the launcher's environment (see bootstrap/env.hpp).
+  static process_communicator from_env(int device = -1, const process_options& o = {}) {
+    return process_communicator(communicator_from_env(o.base), device, o);
+  }
+
+  bool valid() const noexcept { return s_ != nullptr; }
+  int rank() const { return live().host.rank(); }
+  int size() const { return live().host.size(); }
+  int device() const { return live().device; }
+  // Device memory this communicator allocated (staging, both halves). The host communicator's shared
+  // memory is host_memory_bytes().
+  std::size_t memory_bytes() const { return static_cast<std::size_t>(2 * live().half); }
+  std::size_t host_memory_bytes() const { return live().host.memory_bytes(); }
+  // IPC handles of peers' memory this rank holds open (staging and registrations).
+  std::size_t open_handles() const { return live().maps.open_handles(); }
+  const process_stats& stats() const { return live().stats; }
+  braid::communicator& host() { return live().host; }
+
+  // Registers [p, p + bytes) (device memory from cudaMalloc) with every peer: inputs inside it are
+  // read by peers in place, with no staging copy. Collective: every rank calls it, each with its own
+  // buffer (sizes may differ); returns the same id on every rank. Memory that cannot be exported
+  // raises unsupported_error on that rank and aborts the call on the others.
+  int register_memory(void* p, std::size_t bytes) {
+    state& s = live();
+    error_context ctx{s.host.rank(), "register_memory", 0, -1};
+    return guarded(s, [&] {
+      cuda_detail::device_guard dg(s.device);
+      if (!p || bytes == 0) raise(errc::invalid_argument, "register_memory: null pointer or zero bytes", ctx);
+      const ipc_detail::wire_region mine = ipc_detail::export_region(p, bytes, s.device, ctx);
+      std::vector<ipc_detail::wire_region> all = exchange(s, mine);
+      registration reg;
+      reg.mine = reinterpret_cast<std::uintptr_t>(p);
+      reg.bytes = bytes;
+      reg.peer.assign(all.size(), nullptr);
+      reg.peer_bytes.assign(all.size(), 0);
+      reg.peer_base.assign(all.size(), 0);
+      for (int q = 0; q < static_cast<int>(all.size()); ++q) {
+        if (q == s.host.rank()) continue;
+        const auto& w = all[static_cast<std::size_t>(q)];
+        reg.peer[static_cast<std::size_t>(q)] = s.maps.map(q, w, s.device, ctx);
+        reg.peer_bytes[static_cast<std::size_t>(q)] = w.bytes;
+        reg.peer_base[static_cast<std::size_t>(q)] = w.base;
+      }
+      s.regs.push_back(std::move(reg));
+      s.host.barrier();
+      return static_cast<int>(s.regs.size() - 1);
+    });
+  }
+
+  // Collective: after it, no peer reads the registration and its handles are closed here.
+  void deregister_memory(int id) {
+    state& s = live();
+    error_context ctx{s.host.rank(), "deregister_memory", 0, -1};
+    guarded(s, [&] {
+      if (id < 0 || id >= static_cast<int>(s.regs.size()) || !s.regs[static_cast<std::size_t>(id)].live)
+        raise(errc::invalid_argument, "deregister_memory: no registration " + std::to_string(id), ctx);
+      s.host.barrier();
+      registration& reg = s.regs[static_cast<std::size_t>(id)];
+      for (int q = 0; q < static_cast<int>(reg.peer.size()); ++q)
+        if (reg.peer[static_cast<std::size_t>(q)]) s.maps.unmap(q, reg.peer_base[static_cast<std::size_t>(q)]);
+      reg = registration{};
+      reg.live = false;
+      return 0;
+    });
+  }
+
+  // Returns when the stream's earlier work is done on this rank and every rank has reached it.
+  void barrier(cudaStream_t stream) {
+    state& s = live();
+    error_context ctx{s.host.rank(), "barrier", ++s.seq, -1};
+    guarded(s, [&] {
+      cuda_detail::device_guard dg(s.device);
+      sync_stream(s, stream, ctx);
+      s.host.barrier();
+      return 0;
+    });
+  }
+  // Releases every rank waiting in a call (they raise aborted_error); this communicator refuses
+  // further calls.
+  void abort() {
+    state& s = live();
+    s.failed = true;
+    s.cause = "abort() called";
+    try {
+      s.host.abort();
+    } catch (...) {
+    }
+  }
+
+  // Collective unless the communicator failed: waits until no peer can still read this rank's
+  // memory, then releases it. The destructor calls it; errors are swallowed there.
+  void close() noexcept {
+    if (!s_) return;
+    state& s = *s_;
+    if (!s.failed && s.host.valid()) {
+      try {
+        s.host.barrier();
+      } catch (...) {
+      }
+    }
+    s_.reset();
+  }
+
+private:
+  struct registration {
+    bool live = true;
+    std::uintptr_t mine = 0;
+    std::size_t bytes = 0;
+    std::vector<std::byte*> peer;
+    std::vector<std::size_t> peer_bytes;
+    std::vector<ipc_detail::u64> peer_base;
+  };
+
+  // Releases, in this order when a state is destroyed: this rank's last GPU work is awaited and the
+  // event destroyed, peers' memory is unmapped, the staging memory is freed, the device restored.
+  struct restore_device {
+    int saved = -1;
+    ~restore_device() {
+      if (saved >= 0) cudaSetDevice(saved);
+    }
+  };
+  struct device_memory {
+    void* p = nullptr;
+    ~device_memory() {
+      if (p) cudaFree(p);
+    }
+  };
+  struct event {
+    cudaEvent_t e = nullptr;
+    ~event() {
+      if (!e) return;
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (cudaEventQuery(e) == cudaErrorNotReady && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      cudaEventDestroy(e);
+    }
+  };
+
+  struct state {
+    restore_device restore; // first member: destroyed last
+    braid::communicator host;
+    process_options opts;
+    int device = 0;
+    ipc_detail::u64 half = 0;
+    device_memory staging;
+    ipc_detail::peer_mappings maps;
+    event done;
+    std::vector<std::byte*> peer_staging;
+    std::vector<ipc_detail::u64> peer_staging_base;
+    std::vector<registration> regs;
+    ipc_detail::u64 round = 0, seq = 0;
+    process_stats stats;
+    bool failed = false;
+    std::string cause;
+    ~state() {
+      if (cudaGetDevice(&restore.saved) == cudaSuccess) cudaSetDevice(device);
+    }
+  };
+  std::unique_ptr<state> s_;
+
+  state& live() const {
+    if (!s_) raise(errc::invalid_usage, "this process_communicator is empty (default-constructed, moved from or closed)");
+    return *s_;
+  }
+
+  // After an error: stop peers from waiting for this rank, and let this rank's enqueued GPU work
+  // finish (bounded) before anything it reads can be released.
+  static void fail_quietly(state& s) noexcept {
+    s.failed = true;
+    try {
+      if (s.host.valid()) s.host.abort();
+    } catch (...) {
+    }
+    if (s.done.e) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (cudaEventQuery(s.done.e) == cudaErrorNotReady && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      (void)cudaGetLastError();
+    }
+  }
+
+  template <class F> auto guarded(state& s, F&& f) -> decltype(f()) {
+    if (s.failed)
+      raise(errc::invalid_usage, "this communicator refuses further calls after an error: " + s.cause,
+            error_context{s.host.valid() ? s.host.rank() : -1, "cuda::process_communicator", s.seq, -1});
+    try {
+      return f();
+    } catch (const std::exception& e) {
+      s.cause = e.what();
+      fail_quietly(s);
+      throw;
+    }
+  }
+
+  template <class W> static std::vector<W> exchange(state& s, const W& mine) {
+    std::vector<W> all(static_cast<std::size_t>(s.host.size()));
+    s.host.all_gather(reinterpret_cast<const std::uint8_t*>(&mine), reinterpret_cast<std::uint8_t*>(all.data()), sizeof(W));
+    return all;
+  }
+
+  // Waits (on the host, bounded) until everything enqueued on `stream` so far has run.
+  static void sync_stream(state& s, cudaStream_t stream, const error_context& ctx) {
+    BRAID_CUDA_CHECK(cudaEventRecord(s.done.e, stream));
+    const auto start = std::chrono::steady_clock::now();
+    for (unsigned i = 0;; ++i) {
+      const cudaError_t e = cudaEventQuery(s.done.e);
+      if (e == cudaSuccess) return;
+      if (e != cudaErrorNotReady) cuda_detail::raise_cuda(e, "cudaEventQuery (this rank's GPU work)", __FILE__, __LINE__, ctx);
+      if (i < 64) continue;
+      if (std::chrono::steady_clock::now() - start > s.opts.base.timeout)
+        raise(errc::timeout, "this rank's GPU work did not finish within the timeout (is the stream blocked by earlier work?)", ctx);
+      if (i < 4096) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+  // Registration holding [p, p + bytes) on this rank, or -1.
+  static int find_registration(const state& s, const void* p, std::size_t bytes) {
+    const auto at = reinterpret_cast<std::uintptr_t>(p);
+    for (std::size_t k = 0; k < s.regs.size(); ++k) {
+      const registration& g = s.regs[k];
+      if (g.live && at >= g.mine && at + bytes <= g.mine + g.bytes) return static_cast<int>(k);
+    }
+    return -1;
+  }
+
+  static void copy(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
+    if (bytes) BRAID_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+  }
+
+  friend class detail::stream_collectives<process_communicator>;
+  template <collective c, class T, class Op>
+  void collective_call(const T* in, T* out, std::size_t count, int root, const Op& op, cudaStream_t stream, call_options co) {
+    state& s = live();
+    const int n = s.host.size(), r = s.host.rank();
+    error_context ctx{r, std::string_view(name(c)).data(), ++s.seq, -1};
+    const braid::detail::call_shape sh = braid::detail::validate_call<c, T>(in, out, count, root, n, r, co.algorithm, ctx);
+    if (co.algorithm != algo::automatic && co.algorithm != algo::direct)
+      raise(errc::unsupported, "the cross-process CUDA communicator implements only the direct algorithm", ctx);
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    BRAID_CUDA_CHECK(cudaStreamIsCapturing(stream, &cap));
+    if (cap != cudaStreamCaptureStatusNone)
+      raise(errc::unsupported, "cross-process collectives synchronise on the host and cannot be captured in a CUDA graph", ctx);
+    guarded(s, [&] {
+      ++s.stats.calls;
+      if (count == 0) return 0;
+      cuda_detail::device_guard dg(s.device);
+      run_rounds<c>(s, in, out, count, root, op, stream, sh, ctx);
+      return 0;
+    });
+  }
+
+  template <collective c, class T, class Op>
+  void run_rounds(state& s, const T* in, T* out, std::size_t count, int root, const Op& op, cudaStream_t stream,
+                  const braid::detail::call_shape& sh, error_context& ctx) {
+    using ipc_detail::u64;
+    const int n = s.host.size(), r = s.host.rank();
+    const auto un = static_cast<u64>(n);
+    constexpr std::size_t E = sizeof(T);
+    if (n == 1) {
+      if (sh.writes_out && !sh.in_place) copy(out, in, sh.out_n * E, stream);
+      sync_stream(s, stream, ctx);
+      return;
+    }
+    const ipc_detail::half_layout L = ipc_detail::fit_layout(c, n, E, s.half, count);
+    if (L.per == 0) raise(errc::unsupported, "staging memory too small for one element per rank", ctx);
+    // Peers read this rank's input: all_reduce, reduce_scatter, all_gather; reduce's non-roots;
+    // broadcast's root.
+    const bool shared_in = c == collective::all_reduce || c == collective::reduce_scatter || c == collective::all_gather ||
+                           (c == collective::reduce && r != root) || (c == collective::broadcast && r == root);
+    const int in_reg = shared_in ? find_registration(s, in, sh.in_n * E) : -1;
+    const auto in_base = in_reg >= 0 ? s.regs[static_cast<std::size_t>(in_reg)].mine : 0;
+    const u64 rounds = (count + L.per - 1) / L.per;
+    std::vector<ipc_detail::call_desc> descs(un);
+    for (u64 k = 0; k < rounds; ++k) {
+      const u64 base = k * L.per, len = std::min<u64>(L.per, count - base);
+      const u64 h = s.round++ & 1;
+      ++s.stats.rounds;
+      std::byte* mine = static_cast<std::byte*>(s.staging.p) + h * s.half;
+      // (1) Stage this round's input slice where peers can read it.
+      if (shared_in && in_reg < 0) {
+        if constexpr (c == collective::reduce_scatter) {
+          BRAID_CUDA_CHECK(cudaMemcpy2DAsync(mine + L.in_off, len * E, in + base, count * E, len * E, un,
+                                             cudaMemcpyDeviceToDevice, stream));
+          s.stats.staged_bytes += len * E * un;
+        } else {
+          copy(mine + L.in_off, in + base, len * E, stream);
+          s.stats.staged_bytes += len * E;
+        }
+      }
+      sync_stream(s, stream, ctx);
+      // (2) Announce the round; every rank checks that all make the same call.
+      ipc_detail::call_desc d{};
+      d.seq = s.seq;
+      d.count = count;
+      d.round = k;
+      d.coll = static_cast<std::int32_t>(c);
+      d.root = root;
+      d.elem_size = static_cast<std::int32_t>(E);
+      d.type = static_cast<std::int32_t>(dtype_of_v<T>);
+      d.op = static_cast<std::int32_t>(op_kind_v<Op>);
+      d.in_reg = in_reg;
+      d.in_off = in_reg >= 0 ? reinterpret_cast<std::uintptr_t>(in) - in_base : 0;
+      d.valid = 1;
+      s.host.all_gather(reinterpret_cast<const std::uint8_t*>(&d), reinterpret_cast<std::uint8_t*>(descs.data()), sizeof d);
+      bool any_reg = false;
+      for (int q = 0; q < n; ++q) {
+        const auto& o = descs[static_cast<std::size_t>(q)];
+        if (o.coll != d.coll || o.count != d.count || o.elem_size != d.elem_size || o.type != d.type || o.op != d.op ||
+            o.root != d.root || o.round != d.round || !o.valid) {
+          ctx.peer = q;
+          raise(errc::mismatch,
+                "rank " + std::to_string(q) + " called " + std::string(name(static_cast<collective>(o.coll))) + "(count " +
+                    std::to_string(o.count) + ", " + std::to_string(o.elem_size) + "-byte elements, root " +
+                    std::to_string(o.root) + ") while this rank called " + std::string(name(c)) + "(count " +
+                    std::to_string(count) + ", " + std::to_string(E) + "-byte elements, root " + std::to_string(root) + ")",
+                ctx);
+        }
+        if (o.in_reg >= 0) {
+          any_reg = true;
+          if (q != r && (o.in_reg >= static_cast<std::int32_t>(s.regs.size()) || !s.regs[static_cast<std::size_t>(o.in_reg)].live))
+            raise(errc::protocol, "rank " + std::to_string(q) + " named registration " + std::to_string(o.in_reg) + ", unknown here", ctx);
+          if (q != r && o.in_off + sh.in_n * E > s.regs[static_cast<std::size_t>(o.in_reg)].peer_bytes[static_cast<std::size_t>(q)])
+            raise(errc::protocol, "rank " + std::to_string(q) + "'s input runs past its registration", ctx);
+        }
+      }
+      // Rank q's input element `elem` (index into its whole input), or element `staged` of its
+      // staged slice.
+      auto input_of = [&](int q, u64 elem, u64 staged) -> const T* {
+        if (q == r) return in + elem;
+        const auto& o = descs[static_cast<std::size_t>(q)];
+        if (o.in_reg >= 0) {
+          const registration& g = s.regs[static_cast<std::size_t>(o.in_reg)];
+          return reinterpret_cast<const T*>(g.peer[static_cast<std::size_t>(q)] + o.in_off) + elem;
+        }
+        return reinterpret_cast<const T*>(s.peer_staging[static_cast<std::size_t>(q)] + h * s.half + L.in_off) + staged;
+      };
+      // Reduces the n pieces (rank order) of `m` elements into dst (and dst2).
+      auto reduce_pieces = [&](ipc_detail::sources<T> src, u64 m, T* dst, T* dst2) {
+        if (m == 0) return;
+        if constexpr (std::is_invocable_v<const Op&, const accumulator_t<T, Op>&, const accumulator_t<T, Op>&>) {
+          const bool engines = m * E >= s.opts.copy_engine_min_bytes;
+          int slot = 0;
+          for (int q = 0; q < n; ++q) {
+            if (q == r) continue;
+            if (engines) {
+              T* to = reinterpret_cast<T*>(mine + L.scratch_off + ipc_detail::round_up(L.piece_bytes, 256) * static_cast<u64>(slot));
+              copy(to, src.p[q], m * E, stream);
+              src.p[q] = to;
+              s.stats.copy_engine_bytes += m * E;
+            } else {
+              s.stats.direct_read_bytes += m * E;
+            }
+            ++slot;
+          }
+          const int blocks = static_cast<int>(std::min<u64>(static_cast<u64>(s.opts.reduce_blocks),
+                                                             (m + static_cast<u64>(s.opts.threads) - 1) / static_cast<u64>(s.opts.threads)));
+          ipc_detail::reduce_kernel<T, Op><<<blocks, s.opts.threads, 0, stream>>>(src, n, dst, dst2, m, op, true, n);
+          BRAID_CUDA_CHECK(cudaGetLastError());
+        } else {
+          raise(errc::internal, "reduction requested for an operator that does not reduce", ctx);
+        }
+      };
+      // (3) Each collective's reads.
+      if constexpr (c == collective::all_reduce) {
+        const u64 sh_n = ipc_detail::shard_elems(len, n, E);
+        auto shard = [&](int q, u64& lo) {
+          lo = std::min<u64>(len, static_cast<u64>(q) * sh_n);
+          return std::min<u64>(len, lo + sh_n) - lo;
+        };
+        u64 lo = 0;
+        const u64 m = shard(r, lo);
+        ipc_detail::sources<T> src{};
+        for (int q = 0; q < n; ++q) src.p[q] = input_of(q, base + lo, lo);
+        reduce_pieces(src, m, out + base + lo, reinterpret_cast<T*>(mine + L.res_off));
+        sync_stream(s, stream, ctx);
+        s.host.barrier();
+        // (4) Everyone's reduced shard, from its staging memory.
+        for (int q = 0; q < n; ++q) {
+          if (q == r) continue;
+          u64 qlo = 0;
+          const u64 qm = shard(q, qlo);
+          copy(out + base + qlo, s.peer_staging[static_cast<std::size_t>(q)] + h * s.half + L.res_off, qm * E, stream);
+          s.stats.copy_engine_bytes += qm * E;
+        }
+        sync_stream(s, stream, ctx);
+      } else if constexpr (c == collective::reduce_scatter) {
+        ipc_detail::sources<T> src{};
+        for (int q = 0; q < n; ++q) src.p[q] = input_of(q, static_cast<u64>(r) * count + base, static_cast<u64>(r) * len);
+        reduce_pieces(src, len, out + base, nullptr);
+        sync_stream(s, stream, ctx);
+        if (any_reg) s.host.barrier(); // peers read registered inputs in place until here
+      } else if constexpr (c == collective::reduce) {
+        if (r == root) {
+          ipc_detail::sources<T> src{};
+          for (int q = 0; q < n; ++q) src.p[q] = input_of(q, base, 0);
+          reduce_pieces(src, len, out + base, nullptr);
+        }
+        sync_stream(s, stream, ctx);
+        if (any_reg) s.host.barrier();
+      } else if constexpr (c == collective::all_gather) {
+        for (int q = 0; q < n; ++q) {
+          T* to = out + static_cast<u64>(q) * count + base;
+          if (q == r) {
+            if (!sh.in_place) copy(to, in + base, len * E, stream);
+            continue;
+          }
+          copy(to, input_of(q, base, 0), len * E, stream);
+          s.stats.copy_engine_bytes += len * E;
+        }
+        sync_stream(s, stream, ctx);
+        if (any_reg) s.host.barrier();
+      } else if constexpr (c == collective::broadcast) {
+        if (r != root) {
+          copy(out + base, input_of(root, base, 0), len * E, stream);
+          s.stats.copy_engine_bytes += len * E;
+        } else if (!sh.in_place) {
+          copy(out + base, in + base, len * E, stream);
+        }
+        sync_stream(s, stream, ctx);
+        if (any_reg) s.host.barrier();
+      }
+    }
+  }
+};
+
+} // namespace braid::cuda

@@ -1,0 +1,351 @@
+// tests/cuda/launch_procs.cu — braid::cuda::process_communicator behind launch_procs.hpp's plain
+// functions: every collective for the 14 element types with sum, float with the other operators.
+#include "launch_procs.hpp"
+
+#include <braid/cuda.cuh>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace braid::gpu_procs {
+
+struct comm {
+  braid::cuda::process_communicator pc;
+  cudaStream_t stream = nullptr;
+  comm() = default;
+  comm(const comm&) = delete;
+  comm& operator=(const comm&) = delete;
+  ~comm() {
+    if (stream) {
+      cudaStreamSynchronize(stream);
+      cudaStreamDestroy(stream);
+    }
+  }
+};
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+std::shared_ptr<comm> connect(braid::communicator host, int device, const comm_options& o) {
+  braid::cuda::process_options po;
+  if (o.staging_bytes) po.staging_bytes = o.staging_bytes;
+  if (o.copy_engine_min_bytes != std::size_t(-1)) po.copy_engine_min_bytes = o.copy_engine_min_bytes;
+  if (o.timeout.count() > 0) po.base.with_timeout(o.timeout);
+  if (o.reduce_blocks > 0) po.reduce_blocks = o.reduce_blocks;
+  auto c = std::make_shared<comm>();
+  c->pc = braid::cuda::process_communicator(std::move(host), device, po);
+  BRAID_CUDA_CHECK(cudaSetDevice(c->pc.device()));
+  BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+  return c;
+}
+
+namespace {
+
+template <class T, class Op> void run_typed(comm& c, const gpu_test::call& k, Op op) {
+  const T* in = static_cast<const T*>(k.in);
+  T* out = static_cast<T*>(k.out);
+  const call_options co{k.algorithm};
+  switch (k.coll) {
+  case collective::all_reduce: c.pc.all_reduce(in, out, k.count, op, c.stream, co); return;
+  case collective::reduce_scatter: c.pc.reduce_scatter(in, out, k.count, op, c.stream, co); return;
+  case collective::reduce: c.pc.reduce(in, out, k.count, k.root, op, c.stream, co); return;
+  case collective::all_gather: c.pc.all_gather(in, out, k.count, c.stream, co); return;
+  case collective::broadcast: c.pc.broadcast(in, out, k.count, k.root, c.stream, co); return;
+  default: raise(errc::unsupported, "gpu_procs::run: not a collective of the communicator");
+  }
+}
+
+} // namespace
+
+void run(comm& c, const gpu_test::call& k) {
+  const bool reduces = k.coll == collective::all_reduce || k.coll == collective::reduce_scatter || k.coll == collective::reduce;
+  if (k.op == op_kind::sum || !reduces) {
+    switch (k.type) {
+    case dtype::int8: return run_typed<std::int8_t>(c, k, sum<>{});
+    case dtype::uint8: return run_typed<std::uint8_t>(c, k, sum<>{});
+    case dtype::int16: return run_typed<std::int16_t>(c, k, sum<>{});
+    case dtype::uint16: return run_typed<std::uint16_t>(c, k, sum<>{});
+    case dtype::int32: return run_typed<std::int32_t>(c, k, sum<>{});
+    case dtype::uint32: return run_typed<std::uint32_t>(c, k, sum<>{});
+    case dtype::int64: return run_typed<std::int64_t>(c, k, sum<>{});
+    case dtype::uint64: return run_typed<std::uint64_t>(c, k, sum<>{});
+    case dtype::float16: return run_typed<half>(c, k, sum<>{});
+    case dtype::bfloat16: return run_typed<bfloat16>(c, k, sum<>{});
+    case dtype::float32: return run_typed<float>(c, k, sum<>{});
+    case dtype::float64: return run_typed<double>(c, k, sum<>{});
+    case dtype::fp8_e4m3: return run_typed<fp8_e4m3>(c, k, sum<>{});
+    case dtype::fp8_e5m2: return run_typed<fp8_e5m2>(c, k, sum<>{});
+    default: break;
+    }
+  } else if (k.type == dtype::float32) {
+    switch (k.op) {
+    case op_kind::prod: return run_typed<float>(c, k, prod<>{});
+    case op_kind::min: return run_typed<float>(c, k, min<>{});
+    case op_kind::max: return run_typed<float>(c, k, max<>{});
+    case op_kind::avg: return run_typed<float>(c, k, avg<>{});
+    default: break;
+    }
+  }
+  raise(errc::unsupported, std::string("launch_procs.cu does not instantiate ") + std::string(name(k.coll)) + " for " +
+                               std::string(name(k.type)) + " with " + std::string(name(k.op)));
+}
+
+int register_memory(comm& c, void* p, std::size_t bytes) { return c.pc.register_memory(p, bytes); }
+void deregister_memory(comm& c, int id) { c.pc.deregister_memory(id); }
+void barrier(comm& c) { c.pc.barrier(c.stream); }
+void abort(comm& c) { c.pc.abort(); }
+std::size_t memory_bytes(const comm& c) { return c.pc.memory_bytes(); }
+std::size_t open_handles(const comm& c) { return c.pc.open_handles(); }
+int device_of(const comm& c) { return c.pc.device(); }
+stats stats_of(const comm& c) {
+  const auto& s = c.pc.stats();
+  return {s.calls, s.rounds, s.staged_bytes, s.copy_engine_bytes, s.direct_read_bytes};
+}
+
+void* dev_alloc(std::size_t bytes) {
+  void* p = nullptr;
+  BRAID_CUDA_CHECK(cudaMalloc(&p, bytes));
+  return p;
+}
+void dev_free(void* p) noexcept { cudaFree(p); }
+void* dev_alloc_managed(std::size_t bytes) {
+  void* p = nullptr;
+  BRAID_CUDA_CHECK(cudaMallocManaged(&p, bytes));
+  return p;
+}
+void dev_free_managed(void* p) noexcept { cudaFree(p); }
+void set_device(int d) { BRAID_CUDA_CHECK(cudaSetDevice(d)); }
+void to_device(void* dst, const void* src, std::size_t bytes) { BRAID_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)); }
+void to_host(void* dst, const void* src, std::size_t bytes) { BRAID_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost)); }
+void dev_fill(void* dst, unsigned char byte, std::size_t bytes) { BRAID_CUDA_CHECK(cudaMemset(dst, byte, bytes)); }
+
+namespace {
+
+// Compute-bound: `iters` dependent FMAs per thread, no memory traffic but one store.
+__global__ void fma_kernel(float* out, int iters) {
+  float a = 1.0f + threadIdx.x * 1e-7f, b = 0.999999f, c = 1e-7f;
+  for (int i = 0; i < iters; ++i) {
+    a = fmaf(a, b, c);
+    b = fmaf(b, a, -c);
+  }
+  if (a == 12345.0f) out[blockIdx.x] = b; // practically never: keeps the loop alive
+}
+
+double time_kernel(cudaStream_t s, float* sink, int blocks, int iters) {
+  cudaEvent_t a, b;
+  BRAID_CUDA_CHECK(cudaEventCreate(&a));
+  BRAID_CUDA_CHECK(cudaEventCreate(&b));
+  BRAID_CUDA_CHECK(cudaEventRecord(a, s));
+  fma_kernel<<<blocks, 256, 0, s>>>(sink, iters);
+  BRAID_CUDA_CHECK(cudaGetLastError());
+  BRAID_CUDA_CHECK(cudaEventRecord(b, s));
+  BRAID_CUDA_CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  BRAID_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return ms / 1e3;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+} // namespace
+
+overlap_result measure_overlap(std::size_t bytes, int nranks, int runs) {
+  BRAID_CUDA_CHECK(cudaSetDevice(0));
+  const std::size_t count = bytes / sizeof(float);
+  braid::thread_group tg(nranks);
+  std::vector<std::shared_ptr<comm>> comms(static_cast<std::size_t>(nranks));
+  std::vector<float*> buf(static_cast<std::size_t>(nranks), nullptr);
+  {
+    std::vector<std::thread> th;
+    std::vector<std::string> errs(static_cast<std::size_t>(nranks));
+    for (int r = 0; r < nranks; ++r)
+      th.emplace_back([&, r] {
+        try {
+          BRAID_CUDA_CHECK(cudaSetDevice(0));
+          comm_options o;
+          o.copy_engine_min_bytes = 0; // the copy-engine path, whatever the size
+          comms[static_cast<std::size_t>(r)] = connect(tg.make(r), 0, o);
+          void* p = nullptr;
+          BRAID_CUDA_CHECK(cudaMalloc(&p, bytes));
+          BRAID_CUDA_CHECK(cudaMemset(p, 0, bytes));
+          buf[static_cast<std::size_t>(r)] = static_cast<float*>(p);
+        } catch (const std::exception& e) {
+          errs[static_cast<std::size_t>(r)] = e.what();
+        }
+      });
+    for (auto& t : th) t.join();
+    for (const auto& e : errs)
+      if (!e.empty()) raise(errc::internal, "measure_overlap: setting up: " + e);
+  }
+  // Destruction is collective (a host barrier): every rank's communicator closes on its own thread.
+  auto cleanup = [&] {
+    std::vector<std::thread> th;
+    for (auto& c : comms) th.emplace_back([&c] { c.reset(); });
+    for (auto& t : th) t.join();
+    for (float* p : buf)
+      if (p) cudaFree(p);
+  };
+  overlap_result res;
+  res.runs = runs;
+  try {
+    cudaStream_t s = nullptr;
+    BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    float* sink = nullptr;
+    BRAID_CUDA_CHECK(cudaMalloc(&sink, 1 << 20));
+    int sms = 0;
+    BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    // As many blocks as fit in one wave, minus the reduce kernel's blocks per rank, so the kernel
+    // is compute bound and the collective's small reduce kernel has room beside it.
+    int per_sm = 0;
+    BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fma_kernel, 256, 0));
+    const int blocks = std::max(1, sms * per_sm - 16 * nranks);
+    // Size the kernel to about 200 ms.
+    int iters = 1 << 16;
+    (void)time_kernel(s, sink, blocks, iters);
+    const double t0 = time_kernel(s, sink, blocks, iters);
+    iters = static_cast<int>(std::min<double>(1 << 30, iters * std::max(1.0, 0.2 / std::max(t0, 1e-6))));
+    // The collective alone.
+    {
+      std::vector<std::thread> th;
+      std::vector<double> took(static_cast<std::size_t>(nranks));
+      for (int r = 0; r < nranks; ++r)
+        th.emplace_back([&, r] {
+          cudaSetDevice(0);
+          comm& c = *comms[static_cast<std::size_t>(r)];
+          float* p = buf[static_cast<std::size_t>(r)];
+          c.pc.all_reduce(p, p, count, sum<>{}, c.stream); // warm-up
+          const auto a = std::chrono::steady_clock::now();
+          for (int i = 0; i < 3; ++i) c.pc.all_reduce(p, p, count, sum<>{}, c.stream);
+          took[static_cast<std::size_t>(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count() / 3;
+        });
+      for (auto& t : th) t.join();
+      res.collective_s = *std::max_element(took.begin(), took.end());
+    }
+    std::vector<double> alone, beside;
+    for (int i = 0; i < runs; ++i) alone.push_back(time_kernel(s, sink, blocks, iters));
+    std::atomic<bool> stop{false};
+    std::atomic<std::uint64_t> done{0};
+    std::atomic<int> started{0};
+    std::vector<std::thread> th;
+    std::vector<std::string> errs(static_cast<std::size_t>(nranks));
+    for (int r = 0; r < nranks; ++r)
+      th.emplace_back([&, r] {
+        try {
+          BRAID_CUDA_CHECK(cudaSetDevice(0));
+          comm& c = *comms[static_cast<std::size_t>(r)];
+          float* p = buf[static_cast<std::size_t>(r)];
+          started.fetch_add(1);
+          // Every rank makes the same number of calls: rank 0 decides, through the data, when to stop.
+          for (;;) {
+            int flag = r == 0 && stop.load() ? 1 : 0;
+            int any = 0;
+            c.pc.host().all_reduce(&flag, &any, 1, max<>{});
+            if (any) break;
+            c.pc.all_reduce(p, p, count, sum<>{}, c.stream);
+            done.fetch_add(1);
+          }
+        } catch (const std::exception& e) {
+          errs[static_cast<std::size_t>(r)] = e.what();
+        }
+      });
+    while (started.load() < nranks) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const std::uint64_t before = done.load();
+    for (int i = 0; i < runs; ++i) beside.push_back(time_kernel(s, sink, blocks, iters));
+    res.collectives_beside = (done.load() - before) / static_cast<std::uint64_t>(nranks);
+    stop.store(true);
+    for (auto& t : th) t.join();
+    for (const auto& e : errs)
+      if (!e.empty()) raise(errc::internal, "measure_overlap: a rank failed: " + e);
+    res.alone_s = median(alone);
+    res.beside_s = median(beside);
+    cudaFree(sink);
+    cudaStreamDestroy(s);
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+  cleanup();
+  return res;
+}
+
+namespace {
+
+// Input and output of `count` floats on the communicator's device, freed on every path.
+struct float_pair {
+  float* in = nullptr;
+  float* out = nullptr;
+  explicit float_pair(std::size_t count) {
+    const std::size_t bytes = std::max<std::size_t>(count, 1) * sizeof(float);
+    BRAID_CUDA_CHECK(cudaMalloc(&in, bytes));
+    if (const cudaError_t e = cudaMalloc(&out, bytes); e != cudaSuccess) {
+      cudaFree(in);
+      cuda_detail::raise_cuda(e, "cudaMalloc", __FILE__, __LINE__);
+    }
+    BRAID_CUDA_CHECK(cudaMemset(in, 0, bytes));
+  }
+  float_pair(const float_pair&) = delete;
+  float_pair& operator=(const float_pair&) = delete;
+  ~float_pair() {
+    cudaFree(in);
+    cudaFree(out);
+  }
+};
+
+} // namespace
+
+double time_all_reduce(comm& c, std::size_t count, int warmup, int iters, bool in_place) {
+  BRAID_CUDA_CHECK(cudaSetDevice(c.pc.device()));
+  float_pair b(count);
+  float* out = in_place ? b.in : b.out;
+  for (int i = 0; i < warmup; ++i) c.pc.all_reduce(b.in, out, count, sum<>{}, c.stream);
+  c.pc.barrier(c.stream);
+  const auto a = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) c.pc.all_reduce(b.in, out, count, sum<>{}, c.stream);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count() / std::max(iters, 1);
+}
+
+std::int64_t check_all_reduce(comm& c, std::size_t count, bool in_place) {
+  BRAID_CUDA_CHECK(cudaSetDevice(c.pc.device()));
+  const int n = c.pc.size(), r = c.pc.rank();
+  std::vector<float> host(count);
+  for (std::size_t i = 0; i < count; ++i) host[i] = static_cast<float>(r + 1 + static_cast<int>(i % 7));
+  float_pair b(count);
+  float* out = in_place ? b.in : b.out;
+  if (count) BRAID_CUDA_CHECK(cudaMemcpy(b.in, host.data(), count * sizeof(float), cudaMemcpyHostToDevice));
+  c.pc.all_reduce(b.in, out, count, sum<>{}, c.stream);
+  if (count) BRAID_CUDA_CHECK(cudaMemcpy(host.data(), out, count * sizeof(float), cudaMemcpyDeviceToHost));
+  std::int64_t wrong = 0;
+  for (std::size_t i = 0; i < count; ++i)
+    wrong += host[i] != static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>(i % 7));
+  return wrong;
+}
+
+double max_over_ranks(comm& c, double v) {
+  double out = 0;
+  c.pc.host().all_reduce(&v, &out, 1, max<>{});
+  return out;
+}
+
+std::int64_t sum_over_ranks(comm& c, std::int64_t v) {
+  std::int64_t out = 0;
+  c.pc.host().all_reduce(&v, &out, 1, sum<>{});
+  return out;
+}
+
+} // namespace braid::gpu_procs

@@ -1,0 +1,84 @@
+// tests/cuda/launch_procs.hpp — what launch_procs.cu exports to the host-compiled test of
+// braid::cuda::process_communicator (test_gpu_procs.cpp) and to braid-bench.
+//
+// Plain C++, no CUDA headers. launch_procs.cu instantiates every collective for the 14 element types
+// with braid::sum, and float with prod, min, max and avg (one small reduce kernel per type and
+// operator: 18 kernels).
+#pragma once
+
+#include <braid/comm/communicator.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "launch.hpp" // gpu_test::call
+
+namespace braid::gpu_procs {
+
+// Number of CUDA devices (0 if the runtime says there are none or fails). Initialises CUDA in the
+// calling process: call it in a forked child, never in a process that forks afterwards.
+int device_count();
+
+struct comm; // a process_communicator plus a stream on its device
+
+struct comm_options {
+  std::size_t staging_bytes = 0;                      // 0: the communicator's default
+  std::size_t copy_engine_min_bytes = std::size_t(-1); // (-1): the communicator's default
+  std::chrono::nanoseconds timeout{0};                // 0: BRAID_TIMEOUT or 300 s
+  int reduce_blocks = 0;                              // 0: default
+};
+
+// Collective over the ranks of `host`; the GPU is `device` (-1: host.rank() % device count).
+std::shared_ptr<comm> connect(braid::communicator host, int device, const comm_options& o = {});
+
+// Runs one rank's part of a collective on the communicator's stream; returns when it is complete.
+// Raises what the communicator raises.
+void run(comm& c, const gpu_test::call& call);
+
+int register_memory(comm& c, void* p, std::size_t bytes);
+void deregister_memory(comm& c, int id);
+void barrier(comm& c);
+void abort(comm& c);
+std::size_t memory_bytes(const comm& c);
+std::size_t open_handles(const comm& c);
+int device_of(const comm& c);
+
+struct stats {
+  std::uint64_t calls, rounds, staged_bytes, copy_engine_bytes, direct_read_bytes;
+};
+stats stats_of(const comm& c);
+
+// Device memory on the current device (cudaMalloc), and copies; raise braid::cuda_error.
+void* dev_alloc(std::size_t bytes);
+void dev_free(void* p) noexcept;
+void* dev_alloc_managed(std::size_t bytes); // for the "cannot be exported" test
+void dev_free_managed(void* p) noexcept;
+void set_device(int d);
+void to_device(void* dst, const void* src, std::size_t bytes);
+void to_host(void* dst, const void* src, std::size_t bytes);
+void dev_fill(void* dst, unsigned char byte, std::size_t bytes);
+
+// The overlap experiment (issue: a compute kernel and a large all_reduce on different streams):
+// `nranks` thread ranks on device 0 run all_reduce of `bytes` of float (copy-engine path) in a loop
+// while a compute-bound kernel runs on its own stream; the kernel is timed alone and beside them.
+struct overlap_result {
+  double alone_s = 0, beside_s = 0; // compute kernel time, median of the runs
+  double collective_s = 0;          // one all_reduce, alone
+  int runs = 0;
+  std::uint64_t collectives_beside = 0; // all_reduce calls completed while the kernel ran
+};
+overlap_result measure_overlap(std::size_t bytes, int nranks, int runs);
+
+// Seconds per all_reduce of `count` floats (sum), mean over `iters` after `warmup`, wall clock (the
+// calls are blocking). Every rank calls it together.
+double time_all_reduce(comm& c, std::size_t count, int warmup, int iters, bool in_place);
+// One all_reduce of `count` floats with known inputs (rank r, element i: r + 1 + i % 7, exact in
+// float); returns this rank's number of wrong output elements.
+std::int64_t check_all_reduce(comm& c, std::size_t count, bool in_place);
+// Through the host communicator: the maximum / sum over ranks.
+double max_over_ranks(comm& c, double v);
+std::int64_t sum_over_ranks(comm& c, std::int64_t v);
+
+} // namespace braid::gpu_procs

@@ -1,0 +1,363 @@
+// tests/cuda/test_gpu_procs.cpp — braid::cuda::process_communicator: GPU ranks in separate processes
+// (forked by the test itself, no mpirun), all on device 0 unless BRAID_GPU_PROCS_DEVICES says how
+// many GPUs to spread them over.
+//
+// Cases:
+//   the reference sweep (tests/comm/sweep.hpp's inputs and judge, bit for bit) for 2 and 4 processes:
+//     every collective x the 14 element types with sum, float with every operator; counts 0, 1, 7,
+//     1003 at element offsets 3 and 5, and a large count; out-of-place and in-place; inputs staged
+//     and registered; both data paths (copy engines, and the reduce kernel reading peers directly);
+//     a small staging size so that calls take many rounds;
+//   a killed process: every survivor raises an error naming a failure within the deadline;
+//   registration: memory that cannot be exported (managed) is refused with unsupported_error, a
+//     registered input is read in place (no staging bytes), handles are closed by deregistration;
+//   a mismatched call (different counts) raises mismatch_error on every rank;
+//   the overlap experiment: a compute-bound kernel's time beside a large copy-engine all_reduce
+//     (thread ranks in one process: kernels of one process can run concurrently) grows by <= 10%.
+//
+// The parent never initialises CUDA (it forks); a probe child counts the devices. Without one this
+// prints "SKIPPED: no CUDA device" and exits 77, which CTest reports as skipped, never as passed.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <braid/braid.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <signal.h>
+
+#include "comm/sweep.hpp"
+#include "launch_procs.hpp"
+#include "support/fork_ranks.hpp"
+
+namespace {
+
+namespace gp = braid::gpu_procs;
+using braid::collective;
+using braid::dtype;
+using braid::errc;
+using braid::op_kind;
+using namespace std::chrono_literals;
+
+int g_devices = 0;
+
+int device_for(int rank) {
+  const char* s = std::getenv("BRAID_GPU_PROCS_DEVICES");
+  const int spread = s && *s ? std::max(1, std::min(std::atoi(s), g_devices)) : 1;
+  return rank % spread;
+}
+
+std::size_t large_count() {
+  const char* s = std::getenv("BRAID_GPU_SWEEP_LARGE");
+  const unsigned long long v = s && *s ? std::strtoull(s, nullptr, 10) : 0;
+  return v >= 8 ? static_cast<std::size_t>(v) : 1000003;
+}
+
+// Children print their failures; the parent checks every status.
+void expect_all_zero(const std::vector<int>& st, const char* what) {
+  for (std::size_t r = 0; r < st.size(); ++r) {
+    INFO(what << ": rank " << r << " exit status " << st[r]);
+    CHECK(st[r] == 0);
+  }
+}
+
+// One case on one rank: inputs and sentinels through host images, the call, the judge.
+template <class T, class Op>
+bool check_case(gp::comm& c, int n, int r, collective coll, op_kind k, std::size_t count, std::size_t offset, bool in_place,
+                bool registered, void* dev_in, void* dev_out, std::string& why) {
+  const int root = n - 1;
+  const std::size_t un = static_cast<std::size_t>(n);
+  const std::size_t in_n = coll == collective::reduce_scatter ? count * un : count;
+  const std::size_t span_n = braid::testing::span_elems(coll, n, count, in_place);
+  T* out = static_cast<T*>(dev_out) + offset;
+  T* in = in_place ? out : static_cast<T*>(dev_in) + offset;
+  if (in_place && coll == collective::all_gather) in = out + static_cast<std::size_t>(r) * count;
+  T* result = out;
+  if (in_place && coll == collective::reduce_scatter) result = in + static_cast<std::size_t>(r) * count;
+  std::vector<unsigned char> img((span_n + braid::testing::sweep_guard) * sizeof(T), 0xA5);
+  gp::to_device(out, img.data(), img.size());
+  std::vector<T> host_in(in_n);
+  for (std::size_t i = 0; i < in_n; ++i) host_in[i] = braid::testing::input_value<T>(coll, k, r, count, i);
+  if (in_n) gp::to_device(in, host_in.data(), in_n * sizeof(T));
+  braid::gpu_test::call call;
+  call.coll = coll;
+  call.type = braid::dtype_of_v<T>;
+  call.op = k;
+  call.in = in;
+  call.out = coll == collective::reduce_scatter ? result : out;
+  call.count = count;
+  call.root = root;
+  gp::run(c, call);
+  gp::to_host(img.data(), out, img.size());
+  const auto res_off = static_cast<std::size_t>(reinterpret_cast<const unsigned char*>(result) - reinterpret_cast<const unsigned char*>(out));
+  const braid::testing::mismatch m =
+      braid::testing::verify_output<T, Op>(coll, k, n, r, root, count, in_place, img.data(), img.data() + res_off);
+  if (!m) return true;
+  std::ostringstream s;
+  s << braid::name(coll) << " " << braid::name(braid::dtype_of_v<T>) << " " << braid::name(k) << " n=" << n << " rank=" << r
+    << " count=" << count << " offset=" << offset << (in_place ? " in-place" : "") << (registered ? " registered" : "") << ": "
+    << m.what << " at " << m.at;
+  why = s.str();
+  return false;
+}
+
+// A float all_reduce call (sum) of `count` elements.
+braid::gpu_test::call float_all_reduce(const void* in, void* out, std::size_t count) {
+  braid::gpu_test::call call;
+  call.coll = collective::all_reduce;
+  call.type = dtype::float32;
+  call.in = in;
+  call.out = out;
+  call.count = count;
+  return call;
+}
+
+// Rank r's communicator on its device, with the given deadline (0: the default).
+std::shared_ptr<gp::comm> join_rank(const braid::unique_id& id, int r, int n, std::chrono::nanoseconds timeout = {}) {
+  gp::set_device(device_for(r));
+  gp::comm_options o;
+  o.timeout = timeout;
+  return gp::connect(braid::communicator::join(id, r, n), device_for(r), o);
+}
+
+struct sweep_result {
+  long cases = 0, failures = 0;
+};
+
+// The whole sweep on one rank (every rank runs the same sequence).
+sweep_result sweep(gp::comm& c, int n, int r, std::size_t large) {
+  sweep_result out;
+  const std::size_t max_elems = (large + 64) * static_cast<std::size_t>(n) + 64;
+  const std::size_t bytes = max_elems * 8;
+  void* in = gp::dev_alloc(bytes);
+  void* out_buf = gp::dev_alloc(bytes);
+  void* reg = gp::dev_alloc(bytes);
+  const int reg_id = gp::register_memory(c, reg, bytes);
+  auto one = [&](auto tag, auto op, collective coll, op_kind k) {
+    using T = typename decltype(tag)::type;
+    using Op = decltype(op);
+    std::vector<std::pair<std::size_t, std::size_t>> shapes = {{0, 0}, {1, 0}, {7, 0}, {1003, 3}, {1003, 5}};
+    if (braid::testing::large_for_type<T>(false)) shapes.push_back({large, 0});
+    for (auto [count, offset] : shapes)
+      for (int variant = 0; variant < 3; ++variant) {
+        const bool in_place = variant == 1, registered = variant == 2;
+        std::string why;
+        ++out.cases;
+        if (!check_case<T, Op>(c, n, r, coll, k, count, offset, in_place, registered, registered ? reg : in, out_buf, why)) {
+          ++out.failures;
+          if (out.failures <= 20) std::fprintf(stderr, "rank %d: %s\n", r, why.c_str());
+        }
+      }
+  };
+  for (collective coll : braid::testing::sweep_collectives) {
+    for (dtype t : braid::all_dtypes) braid::visit(t, [&](auto tag) { one(tag, braid::sum<>{}, coll, op_kind::sum); });
+    if (coll == collective::all_gather || coll == collective::broadcast) continue;
+    one(braid::type_tag<float>{}, braid::prod<>{}, coll, op_kind::prod);
+    one(braid::type_tag<float>{}, braid::min<>{}, coll, op_kind::min);
+    one(braid::type_tag<float>{}, braid::max<>{}, coll, op_kind::max);
+    one(braid::type_tag<float>{}, braid::avg<>{}, coll, op_kind::avg);
+  }
+  gp::deregister_memory(c, reg_id);
+  gp::dev_free(reg);
+  gp::dev_free(in);
+  gp::dev_free(out_buf);
+  return out;
+}
+
+int run_sweep(int n, std::size_t large, const gp::comm_options& o, const char* label) {
+  const auto st = braid::testing::fork_ranks(n, [&](int r, const braid::unique_id& id) {
+    gp::set_device(device_for(r));
+    auto c = gp::connect(braid::communicator::join(id, r, n), device_for(r), o);
+    const auto t0 = std::chrono::steady_clock::now();
+    const sweep_result res = sweep(*c, n, r, large);
+    const gp::stats s = gp::stats_of(*c);
+    if (r == 0)
+      std::printf("%s, %d processes: %ld cases, %ld failures on rank 0, %.1f s; %llu rounds, staged %llu B, copy engines %llu B, "
+                  "direct reads %llu B; device memory %zu B\n",
+                  label, n, res.cases, res.failures,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                  static_cast<unsigned long long>(s.rounds), static_cast<unsigned long long>(s.staged_bytes),
+                  static_cast<unsigned long long>(s.copy_engine_bytes), static_cast<unsigned long long>(s.direct_read_bytes),
+                  gp::memory_bytes(*c));
+    if (gp::open_handles(*c) != static_cast<std::size_t>(n - 1)) {
+      std::fprintf(stderr, "rank %d: %zu IPC handles open after deregistration, expected %d (staging only)\n", r,
+                   gp::open_handles(*c), n - 1);
+      return 3;
+    }
+    return res.failures ? 1 : 0;
+  });
+  int bad = 0;
+  for (int s : st) bad += s != 0;
+  return bad;
+}
+
+std::vector<int> sweep_nranks() {
+  std::vector<int> out;
+  if (const char* s = std::getenv("BRAID_GPU_PROCS_NRANKS"); s && *s) {
+    std::stringstream in(s);
+    std::string item;
+    while (std::getline(in, item, ','))
+      if (const int n = std::atoi(item.c_str()); n >= 1 && n <= 64) out.push_back(n);
+  }
+  if (out.empty()) out = {2, 4};
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("reference sweep, processes on one GPU: copy engines, direct reads, many rounds") {
+  for (int n : sweep_nranks()) {
+    gp::comm_options engines;
+    engines.copy_engine_min_bytes = 0;
+    engines.timeout = 60s;
+    CHECK(run_sweep(n, large_count(), engines, "copy-engine path") == 0);
+    gp::comm_options direct;
+    direct.copy_engine_min_bytes = std::size_t(1) << 62;
+    direct.timeout = 60s;
+    CHECK(run_sweep(n, large_count(), direct, "direct-read path") == 0);
+    gp::comm_options small = engines;
+    small.staging_bytes = 128 << 10; // 64 KiB halves: the large count takes dozens of rounds
+    small.copy_engine_min_bytes = 4096;
+    CHECK(run_sweep(n, large_count(), small, "128 KiB staging, mixed paths") == 0);
+  }
+}
+
+TEST_CASE("a killed process makes every survivor raise within the deadline") {
+  const int n = 3;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto st = braid::testing::fork_ranks(n, [&](int r, const braid::unique_id& id) {
+    auto c = join_rank(id, r, n, 10s);
+    const std::size_t count = 1 << 20;
+    void* p = gp::dev_alloc(count * sizeof(float));
+    gp::dev_fill(p, 0, count * sizeof(float));
+    const braid::gpu_test::call call = float_all_reduce(p, p, count);
+    for (int i = 0;; ++i) {
+      if (r == 2 && i == 5) ::raise(SIGKILL);
+      try {
+        gp::run(*c, call);
+      } catch (const braid::error& e) {
+        const bool named = e.code() == errc::peer_failed || e.code() == errc::aborted || e.code() == errc::timeout;
+        std::printf("rank %d: after %d calls: %s\n", r, i, e.what());
+        return named && i >= 5 ? 0 : 4;
+      }
+      if (i > 100000) return 5;
+    }
+  }, std::chrono::seconds(120));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MESSAGE("killed-process case took " << took << " s (deadline 10 s)");
+  CHECK(st[2] == 128 + SIGKILL);
+  CHECK(st[0] == 0);
+  CHECK(st[1] == 0);
+  CHECK(took < 60);
+}
+
+TEST_CASE("registration: unexportable memory is refused, registered inputs are read in place") {
+  const int n = 2;
+  const auto st = braid::testing::fork_ranks(n, [&](int r, const braid::unique_id& id) {
+    auto c = join_rank(id, r, n);
+    const std::size_t count = 1 << 18;
+    // Registered input: no staging copy on either rank.
+    void* in = gp::dev_alloc(count * sizeof(float) + 256);
+    void* out = gp::dev_alloc(count * sizeof(float));
+    const int id_reg = gp::register_memory(*c, in, count * sizeof(float) + 256);
+    std::vector<float> host(count, static_cast<float>(r + 1));
+    float* in_f = static_cast<float*>(in) + 16; // an offset into the registration
+    gp::to_device(in_f, host.data(), count * sizeof(float));
+    const gp::stats before = gp::stats_of(*c);
+    gp::run(*c, float_all_reduce(in_f, out, count));
+    const gp::stats after = gp::stats_of(*c);
+    gp::to_host(host.data(), out, count * sizeof(float));
+    for (std::size_t i = 0; i < count; ++i)
+      if (host[i] != 3.0f) {
+        std::fprintf(stderr, "rank %d: element %zu is %g, expected 3\n", r, i, host[i]);
+        return 1;
+      }
+    if (after.staged_bytes != before.staged_bytes) {
+      std::fprintf(stderr, "rank %d: a registered input was staged (%llu bytes)\n", r,
+                   static_cast<unsigned long long>(after.staged_bytes - before.staged_bytes));
+      return 2;
+    }
+    if (gp::open_handles(*c) != 2) return 3; // staging + registration of the one peer
+    gp::deregister_memory(*c, id_reg);
+    if (gp::open_handles(*c) != 1) return 4;
+    // Managed memory cannot be exported: unsupported on the rank that tries; the other rank is
+    // released (aborted or peer_failed), not left waiting.
+    if (r == 0) {
+      void* m = gp::dev_alloc_managed(4096);
+      try {
+        gp::register_memory(*c, m, 4096);
+        return 5;
+      } catch (const braid::error& e) {
+        gp::dev_free_managed(m);
+        std::printf("rank 0: %s\n", e.what());
+        if (e.code() != errc::unsupported) return 6;
+      }
+    } else {
+      void* m = gp::dev_alloc(4096);
+      try {
+        gp::register_memory(*c, m, 4096);
+        return 7;
+      } catch (const braid::error& e) {
+        std::printf("rank 1: %s\n", e.what());
+        if (e.code() != errc::aborted && e.code() != errc::peer_failed) return 8;
+      }
+    }
+    gp::dev_free(in);
+    gp::dev_free(out);
+    return 0;
+  }, std::chrono::seconds(120));
+  expect_all_zero(st, "registration");
+}
+
+TEST_CASE("a mismatched call raises mismatch_error on every rank") {
+  const int n = 2;
+  const auto st = braid::testing::fork_ranks(n, [&](int r, const braid::unique_id& id) {
+    auto c = join_rank(id, r, n, 10s);
+    void* p = gp::dev_alloc(4096);
+    try {
+      gp::run(*c, float_all_reduce(p, p, r == 0 ? 100 : 200));
+      return 1;
+    } catch (const braid::error& e) {
+      std::printf("rank %d: %s\n", r, e.what());
+      return e.code() == errc::mismatch ? 0 : 2;
+    }
+  }, std::chrono::seconds(60));
+  expect_all_zero(st, "mismatch");
+}
+
+TEST_CASE("overlap: a compute-bound kernel beside a large copy-engine all_reduce") {
+  const auto st = braid::testing::fork_ranks(1, [&](int, const braid::unique_id&) {
+    const std::size_t bytes = std::size_t(256) << 20;
+    const gp::overlap_result o = gp::measure_overlap(bytes, 2, 5);
+    const double growth = o.beside_s / o.alone_s - 1;
+    std::printf("overlap: compute kernel %.2f ms alone, %.2f ms beside 2-rank all_reduce of 256 MiB (%.1f%% longer); "
+                "all_reduce alone %.2f ms; %llu all_reduce calls completed while the kernel ran\n",
+                o.alone_s * 1e3, o.beside_s * 1e3, growth * 100, o.collective_s * 1e3,
+                static_cast<unsigned long long>(o.collectives_beside));
+    if (o.collectives_beside == 0) return 2; // nothing ran beside the kernel: no evidence either way
+    return growth <= 0.10 ? 0 : 1;
+  }, std::chrono::seconds(300));
+  CHECK(st[0] == 0);
+}
+
+int main(int argc, char** argv) {
+  // Counting devices initialises CUDA; do it in a child so this process can still fork ranks.
+  const auto st = braid::testing::fork_ranks(1, [](int, const braid::unique_id&) { return std::min(gp::device_count(), 100); },
+                                             std::chrono::seconds(60));
+  g_devices = st[0] > 100 ? 0 : st[0];
+  if (g_devices < 1) {
+    std::printf("SKIPPED: no CUDA device (the probe child found none): test_gpu_procs did not run\n");
+    return 77;
+  }
+  std::printf("test_gpu_procs: %d CUDA device(s); ranks on %s\n", g_devices,
+              std::getenv("BRAID_GPU_PROCS_DEVICES") ? "the devices BRAID_GPU_PROCS_DEVICES names" : "device 0");
+  doctest::Context ctx(argc, argv);
+  return ctx.run();
+}

@@ -1,0 +1,85 @@
+// tests/schedule/test_process_layout.cpp — the staging arithmetic of the cross-process CUDA
+// communicator (braid/cuda/process_layout.hpp), checked on the CPU: a round's layout fits its half,
+// its regions do not overlap, the rounds cover the count exactly, and an all_reduce round's shards
+// are disjoint, cover the round, fit the result and scratch regions, and start 16-byte aligned.
+#include <doctest/doctest.h>
+
+#include <braid/cuda/process_layout.hpp>
+
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+using braid::collective;
+using namespace braid::cuda::ipc_detail;
+
+constexpr collective all_colls[] = {collective::all_reduce, collective::reduce_scatter, collective::all_gather,
+                                    collective::broadcast, collective::reduce};
+
+} // namespace
+
+TEST_CASE("process layout: every round fits its half, regions are disjoint, rounds cover the count") {
+  long layouts = 0;
+  for (collective c : all_colls)
+    for (int n : {2, 3, 4, 5, 8, 64})
+      for (std::size_t elem : {1u, 2u, 4u, 8u, 12u, 16u})
+        for (u64 half : {u64{64} << 10, (u64{1} << 20) + 4096, u64{16} << 20})
+          for (u64 count : {u64{1}, u64{7}, u64{1003}, u64{1000003}, u64{1} << 30}) {
+            CAPTURE(static_cast<int>(c));
+            CAPTURE(n);
+            CAPTURE(elem);
+            CAPTURE(half);
+            CAPTURE(count);
+            const half_layout L = fit_layout(c, n, elem, half, count);
+            ++layouts;
+            REQUIRE(L.per > 0);
+            REQUIRE(L.per <= count);
+            CHECK(L.total <= half);
+            CHECK(L.in_off + L.in_bytes <= L.res_off);
+            CHECK(L.res_off + L.res_bytes <= L.scratch_off);
+            CHECK(L.in_bytes == L.per * elem * (c == collective::reduce_scatter ? static_cast<u64>(n) : 1));
+            // Not wasteful: a round that is shorter than the count uses over half the staging.
+            if (L.per < count) CHECK(L.total * 2 > half);
+            const u64 a = elem <= 16 && 16 % elem == 0 ? 16 / elem : 1;
+            if (c == collective::all_reduce && L.per < count) CHECK(L.per % (static_cast<u64>(n) * a) == 0);
+            // Rounds: every element exactly once (all rounds but the last have `per`; rounds 0, 1 and
+            // the last are checked in detail).
+            const u64 rounds = (count + L.per - 1) / L.per;
+            const u64 last = count - (rounds - 1) * L.per;
+            CHECK(last > 0);
+            CHECK(last <= L.per);
+            for (u64 k : {u64{0}, u64{1}, rounds - 1}) {
+              if (k >= rounds) continue;
+              const u64 base = k * L.per, len = k + 1 == rounds ? last : L.per;
+              if (c != collective::all_reduce) {
+                CHECK(len * elem <= (c == collective::reduce_scatter ? L.in_bytes / static_cast<u64>(n) : L.in_bytes));
+                if (c == collective::reduce_scatter || c == collective::reduce) CHECK(len * elem <= L.piece_bytes);
+                continue;
+              }
+              // Shards of this round: disjoint, covering [0, len), within the result/scratch pieces,
+              // and every non-empty one starts 16-byte aligned (given an aligned buffer).
+              const u64 s = shard_elems(len, n, elem);
+              u64 next = 0;
+              for (int q = 0; q < n; ++q) {
+                const u64 lo = std::min<u64>(len, static_cast<u64>(q) * s);
+                const u64 hi = std::min<u64>(len, lo + s);
+                CHECK(lo == next);
+                next = hi;
+                CHECK((hi - lo) * elem <= L.res_bytes);
+                CHECK((hi - lo) * elem <= L.piece_bytes);
+                if (hi > lo && 16 % elem == 0) CHECK(((base + lo) * elem) % 16 == 0);
+              }
+              CHECK(next == len);
+            }
+            const u64 covered = (rounds - 1) * L.per + last;
+            CHECK(covered == count);
+          }
+  MESSAGE(layouts << " layouts checked");
+}
+
+TEST_CASE("process layout: a half too small for one element per rank gives no layout") {
+  // reduce_scatter over 64 ranks of 16-byte elements needs (2 * 64 - 1) pieces, each padded to 256 B.
+  CHECK(fit_layout(collective::reduce_scatter, 64, 16, 4096, 1000).per == 0);
+  CHECK(fit_layout(collective::all_gather, 2, 8, 4096, 1000).per == 512);
+}
