@@ -114,7 +114,7 @@ struct config {
   double timeout_s = 0; // 0: options::from_env() (BRAID_TIMEOUT, default 300 s)
   bool inject_fault = false; // tests the checker: the last rank flips a bit of its output
   bool kernel = false;       // --kernel (CUDA): the reduce-copy loop alone against cudaMemcpy
-  bool cuda_procs = false;   // --procs N (CUDA): ranks are processes (braid::cuda::process_communicator)
+  bool cuda_procs = false;   // --procs N (cuda, nccl): ranks are processes (braid::cuda::process_communicator, NCCL)
 };
 
 inline std::vector<std::uint64_t> sizes_of(const config& cfg) {
@@ -853,6 +853,6 @@ private:
 // --backend cuda (braid's CUDA backend) or nccl (NCCL, where found at configure time: BRAID_BENCH_NCCL);
 // returns the exit status.
 int run_cuda_backend(const config& cfg, std::chrono::nanoseconds timeout, bool nccl);
-int run_cuda_procs(const config& cfg, std::chrono::nanoseconds timeout);
+int run_cuda_procs(const config& cfg, std::chrono::nanoseconds timeout, bool nccl);
 
 } // namespace braid_bench

@@ -43,8 +43,9 @@ void print_help(const char* argv0) {
       "                        nccl (NCCL in the same harness; builds that found NCCL) [threads]\n"
       "  -T, --timeout S       deadline of every wait in seconds   [BRAID_TIMEOUT or 300]\n"
       "      --csv FILE        also write the rows as CSV\n"
-      "      --procs N         with --backend cuda: N ranks as N forked processes over CUDA IPC\n"
-      "                        (braid::cuda::process_communicator; all_reduce of float, sum)\n"
+      "      --procs N         with --backend cuda or nccl: N ranks as N forked processes\n"
+      "                        (braid::cuda::process_communicator over CUDA IPC, or NCCL ranks);\n"
+      "                        all_reduce of float with sum only\n"
       "      --kernel          with --backend cuda: time the reduce-copy loop of the kernels\n"
       "                        alone (copy, sum of 2) against cudaMemcpy, sizes -b..-e\n"
       "      --inject-fault    test the checker: the last rank flips one bit of its result\n"
@@ -245,7 +246,8 @@ int parse_args(int argc, char** argv, config& cfg) {
   }
   if (cfg.colls.empty()) cfg.colls = {collective::all_reduce};
   if (cfg.kernel && cfg.backend != backend_kind::cuda) return bad("--kernel needs --backend cuda");
-  if (cfg.cuda_procs && cfg.backend != backend_kind::cuda) return bad("--procs needs --backend cuda");
+  if (cfg.cuda_procs && cfg.backend != backend_kind::cuda && cfg.backend != backend_kind::nccl)
+    return bad("--procs needs --backend cuda or nccl");
   if (cfg.cuda_procs && (cfg.colls != std::vector<collective>{collective::all_reduce} ||
                          cfg.types != std::vector<dtype>{dtype::float32} || cfg.ops != std::vector<op_kind>{op_kind::sum}))
     return bad("--procs measures all_reduce of float with sum only");
@@ -284,7 +286,7 @@ int main(int argc, char** argv) {
 
   if (cfg.backend == backend_kind::cuda || cfg.backend == backend_kind::nccl) {
 #ifdef BRAID_BENCH_CUDA
-    if (cfg.cuda_procs) return run_cuda_procs(cfg, opts.timeout);
+    if (cfg.cuda_procs) return run_cuda_procs(cfg, opts.timeout, cfg.backend == backend_kind::nccl);
     return run_cuda_backend(cfg, opts.timeout, cfg.backend == backend_kind::nccl);
 #endif
   }

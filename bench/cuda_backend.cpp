@@ -23,6 +23,8 @@
 
 #include <support/fork_ranks.hpp>
 
+#include <functional>
+
 #include <cuda_runtime.h>
 #ifdef BRAID_BENCH_NCCL
 #include <nccl.h>
@@ -455,7 +457,75 @@ int run_cuda_backend(const config& cfg, std::chrono::nanoseconds timeout, bool n
   }
 }
 
-int run_cuda_procs(const config& cfg, std::chrono::nanoseconds timeout) {
+#ifdef BRAID_BENCH_NCCL
+// --backend nccl --procs N: one NCCL rank per forked process (the id travels over braid's host
+// communicator), timed and checked like braid's --procs rows: w warmup calls, n calls enqueued back to
+// back and the stream synchronised (NCCL calls do not block the host, braid's process calls do: the
+// per-call time of NCCL is a pipelined one), max over ranks; the same r + 1 + i % 7 check.
+struct nccl_rank {
+  braid::communicator& host;
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  nccl_rank(braid::communicator& h, int device) : host(h) {
+    ok(cudaSetDevice(device), "cudaSetDevice");
+    ncclUniqueId id{};
+    if (h.rank() == 0) nccl_ok(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    h.broadcast(reinterpret_cast<std::uint8_t*>(&id), reinterpret_cast<std::uint8_t*>(&id), sizeof id, 0);
+    nccl_ok(ncclCommInitRank(&comm, h.size(), id, h.rank()), "ncclCommInitRank");
+    ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  nccl_rank(const nccl_rank&) = delete;
+  nccl_rank& operator=(const nccl_rank&) = delete;
+  ~nccl_rank() {
+    if (stream) cudaStreamSynchronize(stream);
+    if (comm) ncclCommDestroy(comm);
+    if (stream) cudaStreamDestroy(stream);
+  }
+  void all_reduce(const float* in, float* out, std::size_t count) {
+    nccl_ok(ncclAllReduce(in, out, count, ncclFloat32, ncclSum, comm, stream), "ncclAllReduce");
+  }
+  void sync() {
+    ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    ncclResult_t async = ncclSuccess;
+    nccl_ok(ncclCommGetAsyncError(comm, &async), "ncclCommGetAsyncError");
+    nccl_ok(async, "NCCL asynchronous error");
+  }
+  double time(std::size_t count, int warmup, int iters, bool in_place) {
+    device_buffer a(device_of(), count * sizeof(float)), b(device_of(), count * sizeof(float));
+    float* in = reinterpret_cast<float*>(a.data());
+    float* out = in_place ? in : reinterpret_cast<float*>(b.data());
+    for (int i = 0; i < warmup; ++i) all_reduce(in, out, count);
+    sync();
+    host.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) all_reduce(in, out, count);
+    sync();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / std::max(iters, 1);
+  }
+  std::int64_t check(std::size_t count, bool in_place) {
+    const int n = host.size(), r = host.rank();
+    std::vector<float> h(count);
+    for (std::size_t i = 0; i < count; ++i) h[i] = static_cast<float>(r + 1 + static_cast<int>(i % 7));
+    device_buffer a(device_of(), count * sizeof(float)), b(device_of(), count * sizeof(float));
+    float* in = reinterpret_cast<float*>(a.data());
+    float* out = in_place ? in : reinterpret_cast<float*>(b.data());
+    if (count) ok(cudaMemcpy(in, h.data(), count * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+    all_reduce(in, out, count);
+    sync();
+    if (count) ok(cudaMemcpy(h.data(), out, count * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    std::int64_t wrong = 0;
+    for (std::size_t i = 0; i < count; ++i) wrong += h[i] != static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>(i % 7));
+    return wrong;
+  }
+  static int device_of() {
+    int d = 0;
+    ok(cudaGetDevice(&d), "cudaGetDevice");
+    return d;
+  }
+};
+#endif
+
+int run_cuda_procs(const config& cfg, std::chrono::nanoseconds timeout, bool nccl) {
   namespace gp = braid::gpu_procs;
   const int n = cfg.nranks;
   // Fork first: the parent must not initialise CUDA.
@@ -464,31 +534,71 @@ int run_cuda_procs(const config& cfg, std::chrono::nanoseconds timeout) {
       [&](int r, const braid::unique_id& id) {
         const int ndev = gp::device_count();
         if (ndev == 0) {
-          if (r == 0) std::fprintf(stderr, "braid-bench: --backend cuda --procs: no CUDA device\n");
+          if (r == 0) std::fprintf(stderr, "braid-bench: --backend %s --procs: no CUDA device\n", nccl ? "nccl" : "cuda");
           return exit_usage;
         }
         braid::options o = braid::options::from_env();
         o.timeout = timeout;
-        gp::comm_options co;
-        co.timeout = timeout;
-        auto c = gp::connect(braid::communicator::join(id, r, n, o), r % ndev, co);
+        braid::communicator host = braid::communicator::join(id, r, n, o);
+        // One of the two libraries, behind three operations.
+        std::shared_ptr<gp::comm> c;
+        std::function<double(std::uint64_t, bool)> time_one;
+        std::function<std::int64_t(std::uint64_t, bool)> check_one;
+        std::function<double(double)> max_all;
+        std::function<std::int64_t(std::int64_t)> sum_all;
+        std::string what;
+#ifdef BRAID_BENCH_NCCL
+        std::unique_ptr<nccl_rank> nr;
+        if (nccl) {
+          nr = std::make_unique<nccl_rank>(host, r % ndev);
+          int v = 0;
+          ncclGetVersion(&v);
+          what = "NCCL " + std::to_string(v);
+          time_one = [&](std::uint64_t k, bool ip) { return nr->time(k, cfg.warmup, cfg.iters, ip); };
+          check_one = [&](std::uint64_t k, bool ip) { return nr->check(k, ip); };
+        }
+#endif
+        if (nccl && !time_one) {
+          if (r == 0) std::fprintf(stderr, "braid-bench: --backend nccl: NCCL was not found when this braid-bench was built\n");
+          return exit_usage;
+        }
+        if (!nccl) {
+          gp::comm_options co;
+          co.timeout = timeout;
+          c = gp::connect(std::move(host), r % ndev, co);
+          what = "braid process_communicator, staging " + std::to_string(gp::memory_bytes(*c)) + " bytes of device memory per rank";
+          time_one = [&](std::uint64_t k, bool ip) { return gp::time_all_reduce(*c, k, cfg.warmup, cfg.iters, ip); };
+          check_one = [&](std::uint64_t k, bool ip) { return gp::check_all_reduce(*c, k, ip); };
+          max_all = [&](double v) { return gp::max_over_ranks(*c, v); };
+          sum_all = [&](std::int64_t v) { return gp::sum_over_ranks(*c, v); };
+        } else {
+          max_all = [&](double v) {
+            double m = 0;
+            host.all_reduce(&v, &m, 1, braid::max<>{});
+            return m;
+          };
+          sum_all = [&](std::int64_t v) {
+            std::int64_t m = 0;
+            host.all_reduce(&v, &m, 1, braid::sum<>{});
+            return m;
+          };
+        }
         std::unique_ptr<table_printer> out;
         if (r == 0) {
-          out = std::make_unique<table_printer>(cfg, n, "cuda-procs");
+          out = std::make_unique<table_printer>(cfg, n, nccl ? "nccl-procs" : "cuda-procs");
           out->open_csv();
           out->print_global_header();
-          std::printf("# ranks are processes, rank r on GPU r %% %d; staging %zu bytes of device memory per rank\n", ndev,
-                      gp::memory_bytes(*c));
+          std::printf("# ranks are processes, rank r on GPU r %% %d; %s\n", ndev, what.c_str());
           out->print_table_header(collective::all_reduce, algo::automatic);
         }
         for (std::uint64_t size : sizes_of(cfg)) {
           const std::uint64_t count = size / sizeof(float);
           half_result halves[2];
           for (int ip = 0; ip < 2; ++ip) {
-            const double t = gp::max_over_ranks(*c, gp::time_all_reduce(*c, count, cfg.warmup, cfg.iters, ip == 1));
+            const double t = max_all(time_one(count, ip == 1));
             std::int64_t wrong = 0;
-            for (int k = 0; k < cfg.check; ++k) wrong += gp::check_all_reduce(*c, count, ip == 1);
-            wrong = gp::sum_over_ranks(*c, wrong);
+            for (int k = 0; k < cfg.check; ++k) wrong += check_one(count, ip == 1);
+            wrong = sum_all(wrong);
             if (out) halves[ip] = out->finish(collective::all_reduce, count * sizeof(float), t * 1e6, wrong, cfg.check > 0);
           }
           if (out)

@@ -319,6 +319,8 @@ if want bench; then
       # Ranks as processes (braid::cuda::process_communicator over CUDA IPC, host-synchronised).
       step INFO "braid-bench --backend cuda --procs $np, all_reduce float sum" \
         env BRAID_TIMEOUT=60 "$bench_bin" all_reduce -d float -o sum -b 8 -e 256M -f 2 -n 50 -w 10 -c 1 --backend cuda --procs "$np"
+      step INFO "braid-bench --backend nccl --procs $np, all_reduce float sum" \
+        env NCCL_MULTI_RANK_GPU_ENABLE=1 "$bench_bin" all_reduce -d float -o sum -b 8 -e 256M -f 2 -n 50 -w 10 -c 1 --backend nccl --procs "$np"
     done
     step INFO "braid-bench --backend cuda, correctness: every type, operator, algorithm, 4 ranks" \
       env BRAID_TIMEOUT=60 "$bench_bin" all -d all -o all -a all -b 0 -e 16807 -f 7 -n 1 -w 0 -c 1 -np 4 --backend cuda
