@@ -472,7 +472,7 @@ struct nccl_rank {
     if (h.rank() == 0) nccl_ok(ncclGetUniqueId(&id), "ncclGetUniqueId");
     h.broadcast(reinterpret_cast<std::uint8_t*>(&id), reinterpret_cast<std::uint8_t*>(&id), sizeof id, 0);
     nccl_ok(ncclCommInitRank(&comm, h.size(), id, h.rank()), "ncclCommInitRank");
-    ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    ok(cudaStreamCreate(&stream), "cudaStreamCreate"); // blocking: ordered after legacy-stream copies
   }
   nccl_rank(const nccl_rank&) = delete;
   nccl_rank& operator=(const nccl_rank&) = delete;
@@ -549,6 +549,12 @@ int run_cuda_procs(const config& cfg, std::chrono::nanoseconds timeout, bool ncc
         std::string what;
 #ifdef BRAID_BENCH_NCCL
         std::unique_ptr<nccl_rank> nr;
+        if (nccl && n > ndev && !std::getenv("NCCL_MULTI_RANK_GPU_ENABLE")) {
+          if (r == 0)
+            std::fprintf(stderr, "braid-bench: --backend nccl --procs %d: only %d GPU(s); NCCL takes several ranks per GPU "
+                                 "only with NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL 2.30 or later)\n", n, ndev);
+          return exit_usage;
+        }
         if (nccl) {
           nr = std::make_unique<nccl_rank>(host, r % ndev);
           int v = 0;

@@ -42,10 +42,11 @@ std::shared_ptr<comm> connect(braid::communicator host, int device, const comm_o
   if (o.copy_engine_min_bytes != std::size_t(-1)) po.copy_engine_min_bytes = o.copy_engine_min_bytes;
   if (o.timeout.count() > 0) po.base.with_timeout(o.timeout);
   if (o.reduce_blocks > 0) po.reduce_blocks = o.reduce_blocks;
+  if (o.threads > 0) po.threads = o.threads;
   auto c = std::make_shared<comm>();
   c->pc = braid::cuda::process_communicator(std::move(host), device, po);
   BRAID_CUDA_CHECK(cudaSetDevice(c->pc.device()));
-  BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+  BRAID_CUDA_CHECK(cudaStreamCreate(&c->stream)); // blocking: ordered after legacy-stream copies
   return c;
 }
 
@@ -125,9 +126,17 @@ void* dev_alloc_managed(std::size_t bytes) {
 }
 void dev_free_managed(void* p) noexcept { cudaFree(p); }
 void set_device(int d) { BRAID_CUDA_CHECK(cudaSetDevice(d)); }
-void to_device(void* dst, const void* src, std::size_t bytes) { BRAID_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)); }
+// Synchronised, so that a peer process reading the memory next sees the bytes (a pageable cudaMemcpy
+// may return before its DMA ends; cudaMemset is asynchronous).
+void to_device(void* dst, const void* src, std::size_t bytes) {
+  BRAID_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+}
 void to_host(void* dst, const void* src, std::size_t bytes) { BRAID_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost)); }
-void dev_fill(void* dst, unsigned char byte, std::size_t bytes) { BRAID_CUDA_CHECK(cudaMemset(dst, byte, bytes)); }
+void dev_fill(void* dst, unsigned char byte, std::size_t bytes) {
+  BRAID_CUDA_CHECK(cudaMemset(dst, byte, bytes));
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+}
 
 namespace {
 
@@ -162,6 +171,38 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// One thread per rank with device 0 current; join() raises the first rank's error. The destructor
+// joins threads that were not joined (their bodies must end on their own).
+class rank_threads {
+public:
+  template <class F> rank_threads(int n, F body) : errs_(static_cast<std::size_t>(n)) {
+    for (int r = 0; r < n; ++r)
+      th_.emplace_back([this, body, r] {
+        try {
+          BRAID_CUDA_CHECK(cudaSetDevice(0));
+          body(r);
+        } catch (const std::exception& e) {
+          errs_[static_cast<std::size_t>(r)] = e.what();
+        }
+      });
+  }
+  rank_threads(const rank_threads&) = delete;
+  rank_threads& operator=(const rank_threads&) = delete;
+  ~rank_threads() {
+    for (auto& t : th_)
+      if (t.joinable()) t.join();
+  }
+  void join(const char* what) {
+    for (auto& t : th_) t.join();
+    for (const auto& e : errs_)
+      if (!e.empty()) raise(errc::internal, std::string("measure_overlap: ") + what + ": " + e);
+  }
+
+private:
+  std::vector<std::string> errs_;
+  std::vector<std::thread> th_;
+};
+
 } // namespace
 
 overlap_result measure_overlap(std::size_t bytes, int nranks, int runs) {
@@ -170,114 +211,91 @@ overlap_result measure_overlap(std::size_t bytes, int nranks, int runs) {
   braid::thread_group tg(nranks);
   std::vector<std::shared_ptr<comm>> comms(static_cast<std::size_t>(nranks));
   std::vector<float*> buf(static_cast<std::size_t>(nranks), nullptr);
-  {
-    std::vector<std::thread> th;
-    std::vector<std::string> errs(static_cast<std::size_t>(nranks));
-    for (int r = 0; r < nranks; ++r)
-      th.emplace_back([&, r] {
-        try {
-          BRAID_CUDA_CHECK(cudaSetDevice(0));
-          comm_options o;
-          o.copy_engine_min_bytes = 0; // the copy-engine path, whatever the size
-          comms[static_cast<std::size_t>(r)] = connect(tg.make(r), 0, o);
-          void* p = nullptr;
-          BRAID_CUDA_CHECK(cudaMalloc(&p, bytes));
-          BRAID_CUDA_CHECK(cudaMemset(p, 0, bytes));
-          buf[static_cast<std::size_t>(r)] = static_cast<float*>(p);
-        } catch (const std::exception& e) {
-          errs[static_cast<std::size_t>(r)] = e.what();
-        }
-      });
-    for (auto& t : th) t.join();
-    for (const auto& e : errs)
-      if (!e.empty()) raise(errc::internal, "measure_overlap: setting up: " + e);
-  }
   // Destruction is collective (a host barrier): every rank's communicator closes on its own thread.
   auto cleanup = [&] {
-    std::vector<std::thread> th;
-    for (auto& c : comms) th.emplace_back([&c] { c.reset(); });
-    for (auto& t : th) t.join();
+    rank_threads(nranks, [&](int r) { comms[static_cast<std::size_t>(r)].reset(); }).join("closing");
     for (float* p : buf)
       if (p) cudaFree(p);
   };
   overlap_result res;
   res.runs = runs;
   try {
+    rank_threads(nranks, [&](int r) {
+      comm_options o;
+      o.copy_engine_min_bytes = 0; // the copy-engine path, whatever the size
+      o.threads = 256;             // the reduce kernel's blocks fit the kernel's 256-thread holes
+      comms[static_cast<std::size_t>(r)] = connect(tg.make(r), 0, o);
+      void* p = nullptr;
+      BRAID_CUDA_CHECK(cudaMalloc(&p, bytes));
+      buf[static_cast<std::size_t>(r)] = static_cast<float*>(p);
+      BRAID_CUDA_CHECK(cudaMemset(p, 0, bytes));
+    }).join("setting up");
     cudaStream_t s = nullptr;
     BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     float* sink = nullptr;
     BRAID_CUDA_CHECK(cudaMalloc(&sink, 1 << 20));
     int sms = 0;
     BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    // As many blocks as fit in one wave, minus the reduce kernel's blocks per rank, so the kernel
-    // is compute bound and the collective's small reduce kernel has room beside it.
+    // Three quarters of one wave of 256-thread blocks: compute bound on every SM, with room left for
+    // the collective's reduce kernel (16 blocks of 256 threads per rank) to be scheduled beside it.
     int per_sm = 0;
     BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fma_kernel, 256, 0));
-    const int blocks = std::max(1, sms * per_sm - 16 * nranks);
+    const int blocks = std::max(1, std::min(sms * per_sm * 3 / 4, sms * per_sm - 16 * nranks));
     // Size the kernel to about 200 ms.
     int iters = 1 << 16;
     (void)time_kernel(s, sink, blocks, iters);
     const double t0 = time_kernel(s, sink, blocks, iters);
     iters = static_cast<int>(std::min<double>(1 << 30, iters * std::max(1.0, 0.2 / std::max(t0, 1e-6))));
-    // The collective alone.
-    {
-      std::vector<std::thread> th;
-      std::vector<double> took(static_cast<std::size_t>(nranks));
-      for (int r = 0; r < nranks; ++r)
-        th.emplace_back([&, r] {
-          cudaSetDevice(0);
-          comm& c = *comms[static_cast<std::size_t>(r)];
-          float* p = buf[static_cast<std::size_t>(r)];
-          c.pc.all_reduce(p, p, count, sum<>{}, c.stream); // warm-up
-          const auto a = std::chrono::steady_clock::now();
-          for (int i = 0; i < 3; ++i) c.pc.all_reduce(p, p, count, sum<>{}, c.stream);
-          took[static_cast<std::size_t>(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count() / 3;
-        });
-      for (auto& t : th) t.join();
-      res.collective_s = *std::max_element(took.begin(), took.end());
-    }
+    // The collective alone: one warm-up, then the mean of 3, max over ranks.
+    std::vector<double> took(static_cast<std::size_t>(nranks));
+    rank_threads(nranks, [&](int r) {
+      comm& c = *comms[static_cast<std::size_t>(r)];
+      float* p = buf[static_cast<std::size_t>(r)];
+      c.pc.all_reduce(p, p, count, sum<>{}, c.stream);
+      const auto a = std::chrono::steady_clock::now();
+      for (int i = 0; i < 3; ++i) c.pc.all_reduce(p, p, count, sum<>{}, c.stream);
+      took[static_cast<std::size_t>(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count() / 3;
+    }).join("the collective alone");
+    res.collective_s = *std::max_element(took.begin(), took.end());
     std::vector<double> alone, beside;
     for (int i = 0; i < runs; ++i) alone.push_back(time_kernel(s, sink, blocks, iters));
+    // The collective in a loop beside the kernel. Every rank makes the same number of calls: rank 0
+    // decides when to stop, and tells the others through a host all_reduce before each call.
     std::atomic<bool> stop{false};
     std::atomic<std::uint64_t> done{0};
-    std::atomic<int> started{0};
-    std::vector<std::thread> th;
-    std::vector<std::string> errs(static_cast<std::size_t>(nranks));
-    for (int r = 0; r < nranks; ++r)
-      th.emplace_back([&, r] {
-        try {
-          BRAID_CUDA_CHECK(cudaSetDevice(0));
-          comm& c = *comms[static_cast<std::size_t>(r)];
-          float* p = buf[static_cast<std::size_t>(r)];
-          started.fetch_add(1);
-          // Every rank makes the same number of calls: rank 0 decides, through the data, when to stop.
-          for (;;) {
-            int flag = r == 0 && stop.load() ? 1 : 0;
-            int any = 0;
-            c.pc.host().all_reduce(&flag, &any, 1, max<>{});
-            if (any) break;
-            c.pc.all_reduce(p, p, count, sum<>{}, c.stream);
-            done.fetch_add(1);
-          }
-        } catch (const std::exception& e) {
-          errs[static_cast<std::size_t>(r)] = e.what();
+    {
+      rank_threads loop(nranks, [&](int r) {
+        comm& c = *comms[static_cast<std::size_t>(r)];
+        float* p = buf[static_cast<std::size_t>(r)];
+        for (;;) {
+          int flag = r == 0 && stop.load() ? 1 : 0, any = 0;
+          c.pc.host().all_reduce(&flag, &any, 1, max<>{});
+          if (any) break;
+          c.pc.all_reduce(p, p, count, sum<>{}, c.stream);
+          done.fetch_add(1);
         }
       });
-    while (started.load() < nranks) std::this_thread::yield();
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    const std::uint64_t before = done.load();
-    for (int i = 0; i < runs; ++i) beside.push_back(time_kernel(s, sink, blocks, iters));
-    res.collectives_beside = (done.load() - before) / static_cast<std::uint64_t>(nranks);
-    stop.store(true);
-    for (auto& t : th) t.join();
-    for (const auto& e : errs)
-      if (!e.empty()) raise(errc::internal, "measure_overlap: a rank failed: " + e);
+      try {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        const std::uint64_t before = done.load();
+        for (int i = 0; i < runs; ++i) beside.push_back(time_kernel(s, sink, blocks, iters));
+        res.collectives_beside = (done.load() - before) / static_cast<std::uint64_t>(nranks);
+      } catch (...) {
+        stop.store(true);
+        throw;
+      }
+      stop.store(true);
+      loop.join("the collective beside the kernel");
+    }
     res.alone_s = median(alone);
     res.beside_s = median(beside);
     cudaFree(sink);
     cudaStreamDestroy(s);
   } catch (...) {
-    cleanup();
+    try {
+      cleanup();
+    } catch (...) {
+    }
     throw;
   }
   cleanup();
@@ -298,6 +316,7 @@ struct float_pair {
       cuda_detail::raise_cuda(e, "cudaMalloc", __FILE__, __LINE__);
     }
     BRAID_CUDA_CHECK(cudaMemset(in, 0, bytes));
+    BRAID_CUDA_CHECK(cudaDeviceSynchronize());
   }
   float_pair(const float_pair&) = delete;
   float_pair& operator=(const float_pair&) = delete;

@@ -21,13 +21,15 @@ namespace braid::gpu_procs {
 // calling process: call it in a forked child, never in a process that forks afterwards.
 int device_count();
 
-struct comm; // a process_communicator plus a stream on its device
+struct comm; // a process_communicator plus a stream on its device (a blocking stream: it waits for
+             // the legacy default stream, where to_device and dev_fill work)
 
 struct comm_options {
   std::size_t staging_bytes = 0;                      // 0: the communicator's default
   std::size_t copy_engine_min_bytes = std::size_t(-1); // (-1): the communicator's default
   std::chrono::nanoseconds timeout{0};                // 0: BRAID_TIMEOUT or 300 s
   int reduce_blocks = 0;                              // 0: default
+  int threads = 0;                                    // threads per block of the reduce kernel; 0: default
 };
 
 // Collective over the ranks of `host`; the GPU is `device` (-1: host.rank() % device count).

@@ -21,8 +21,10 @@
 //
 // Guarantees: the reduction order is rank 0, 1, ..., n-1 for every element; each element is reduced
 // by one rank and copied bit for bit to the others, so every rank gets identical bits. Every host wait
-// has the deadline of process_options::base.timeout, and a peer that dies or raises makes every
-// other rank raise (peer_failed, aborted) instead of waiting. After an error the communicator
+// has the deadline of the host communicator's options (from_env passes process_options::base to it),
+// the wait for this rank's own stream that of process_options::base.timeout, and a peer that dies or
+// raises makes every other rank raise (peer_failed, aborted, or usage_error carrying that cause)
+// instead of waiting. After an error the communicator
 // refuses further calls (usage_error carrying the cause).
 //
 // Calls are blocking on the host: a call returns when its work on `stream` is complete (it waits for
@@ -36,10 +38,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -62,7 +66,7 @@
 namespace braid::cuda {
 
 struct process_options {
-  options base = options::from_env();         // timeout (every host wait, and the GPU work of one round)
+  options base = options::from_env();         // timeout of the wait for this rank's stream (from_env: also the host's)
   std::size_t staging_bytes = std::size_t{32} << 20; // device memory per rank, two halves
   std::size_t copy_engine_min_bytes = std::size_t{1} << 20; // per-peer piece at or above: copy engines
   int reduce_blocks = 16;                      // blocks of the reduce kernel (the SMs braid may use)
@@ -125,10 +129,20 @@ struct wire_region {
   u64 base;                  // the exporter's address of the allocation
   u64 offset;                // start of the shared range within it
   u64 bytes;                 // length of the shared range
-  std::int32_t pid, device;
-  std::int32_t valid, pad;
+  u64 process;               // a random token of the exporting process (pids repeat across namespaces)
+  std::int32_t device;
+  std::int32_t valid;
 };
 static_assert(std::is_trivially_copyable_v<wire_region>);
+
+// A random 64-bit token of this process, drawn once: "same process" means the same token.
+inline u64 process_token() {
+  static const u64 token = [] {
+    std::random_device rd;
+    return (static_cast<u64>(rd()) << 32) ^ rd() ^ (static_cast<u64>(::getpid()) << 16);
+  }();
+  return token;
+}
 
 // Exports [p, p + bytes) (which must lie in one cudaMalloc allocation).
 inline wire_region export_region(void* p, std::size_t bytes, int device, const error_context& ctx) {
@@ -151,7 +165,7 @@ inline wire_region export_region(void* p, std::size_t bytes, int device, const e
   w.base = a.base;
   w.offset = at - a.base;
   w.bytes = bytes;
-  w.pid = static_cast<std::int32_t>(::getpid());
+  w.process = process_token();
   w.device = device;
   w.valid = 1;
   return w;
@@ -165,10 +179,7 @@ public:
   peer_mappings() = default;
   peer_mappings(const peer_mappings&) = delete;
   peer_mappings& operator=(const peer_mappings&) = delete;
-  ~peer_mappings() {
-    for (auto& e : v_)
-      if (e.opened) cudaIpcCloseMemHandle(e.local);
-  }
+  ~peer_mappings() { close_all(); }
 
   // Start of the peer's shared range in this process.
   std::byte* map(int peer, const wire_region& w, int my_device, const error_context& ctx) {
@@ -179,7 +190,7 @@ public:
         return static_cast<std::byte*>(e.local) + w.offset;
       }
     entry e{peer, w.base, nullptr, 1, false};
-    if (w.pid == static_cast<std::int32_t>(::getpid())) {
+    if (w.process == process_token()) {
       e.local = reinterpret_cast<void*>(w.base);
       if (w.device != my_device) enable_peer(my_device, w.device, ctx);
     } else {
@@ -203,6 +214,13 @@ public:
       v_.erase(v_.begin() + static_cast<std::ptrdiff_t>(i));
       return;
     }
+  }
+
+  // Closes every handle this rank opened (before a barrier after which peers may free their memory).
+  void close_all() noexcept {
+    for (auto& e : v_)
+      if (e.opened) cudaIpcCloseMemHandle(e.local);
+    v_.clear();
   }
 
   std::size_t open_handles() const {
@@ -286,6 +304,9 @@ public:
       s.device = device;
       cuda_detail::device_guard dg(device);
       s.half = ipc_detail::round_up(std::max<std::size_t>(o.staging_bytes / 2, 64 << 10), 4096);
+      int pitch = 0;
+      BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&pitch, cudaDevAttrMaxPitch, device));
+      s.max_pitch = static_cast<ipc_detail::u64>(static_cast<unsigned>(pitch));
       BRAID_CUDA_CHECK(cudaMalloc(&s.staging.p, 2 * s.half));
       BRAID_CUDA_CHECK(cudaMemset(s.staging.p, 0, 2 * s.half));
       BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&s.done.e, cudaEventDisableTiming));
@@ -363,19 +384,21 @@ public:
     });
   }
 
-  // Collective: after it, no peer reads the registration and its handles are closed here.
+  // Collective: this rank closes its handles to the peers' registered memory, then waits until every
+  // peer has closed its handles to this rank's; after it returns the memory may be freed.
   void deregister_memory(int id) {
     state& s = live();
     error_context ctx{s.host.rank(), "deregister_memory", 0, -1};
+    if (id < 0 || id >= static_cast<int>(s.regs.size()) || !s.regs[static_cast<std::size_t>(id)].live)
+      raise(errc::invalid_argument, "deregister_memory: no registration " + std::to_string(id), ctx);
     guarded(s, [&] {
-      if (id < 0 || id >= static_cast<int>(s.regs.size()) || !s.regs[static_cast<std::size_t>(id)].live)
-        raise(errc::invalid_argument, "deregister_memory: no registration " + std::to_string(id), ctx);
-      s.host.barrier();
+      cuda_detail::device_guard dg(s.device);
       registration& reg = s.regs[static_cast<std::size_t>(id)];
       for (int q = 0; q < static_cast<int>(reg.peer.size()); ++q)
         if (reg.peer[static_cast<std::size_t>(q)]) s.maps.unmap(q, reg.peer_base[static_cast<std::size_t>(q)]);
       reg = registration{};
       reg.live = false;
+      s.host.barrier();
       return 0;
     });
   }
@@ -386,30 +409,35 @@ public:
     error_context ctx{s.host.rank(), "barrier", ++s.seq, -1};
     guarded(s, [&] {
       cuda_detail::device_guard dg(s.device);
+      s.last_stream = stream;
       sync_stream(s, stream, ctx);
       s.host.barrier();
       return 0;
     });
   }
   // Releases every rank waiting in a call (they raise aborted_error); this communicator refuses
-  // further calls.
+  // further calls. Any thread may call it.
   void abort() {
     state& s = live();
-    s.failed = true;
-    s.cause = "abort() called";
+    s.failed.store(true);
     try {
       s.host.abort();
     } catch (...) {
     }
   }
 
-  // Collective unless the communicator failed: waits until no peer can still read this rank's
-  // memory, then releases it. The destructor calls it; errors are swallowed there.
+  // Collective unless the communicator failed: this rank closes its handles to the peers' memory,
+  // then waits (host barrier) until every peer has closed its handles to this rank's memory, then frees
+  // it. The destructor calls it; errors are swallowed there. Moving onto a live communicator closes it
+  // too. A failed communicator skips the barrier: peers still reading this rank's memory when it is
+  // freed read undefined data (they are failing too).
   void close() noexcept {
     if (!s_) return;
     state& s = *s_;
-    if (!s.failed && s.host.valid()) {
+    if (!s.failed.load() && s.host.valid()) {
       try {
+        cuda_detail::device_guard dg(s.device);
+        s.maps.close_all();
         s.host.barrier();
       } catch (...) {
       }
@@ -458,6 +486,7 @@ private:
     process_options opts;
     int device = 0;
     ipc_detail::u64 half = 0;
+    ipc_detail::u64 max_pitch = 0; // cudaDevAttrMaxPitch
     device_memory staging;
     ipc_detail::peer_mappings maps;
     event done;
@@ -466,8 +495,9 @@ private:
     std::vector<registration> regs;
     ipc_detail::u64 round = 0, seq = 0;
     process_stats stats;
-    bool failed = false;
-    std::string cause;
+    std::atomic<bool> failed{false};
+    std::string cause;            // written only by the thread making a call
+    cudaStream_t last_stream = nullptr; // of the call in progress, drained after an error
     ~state() {
       if (cudaGetDevice(&restore.saved) == cudaSuccess) cudaSetDevice(device);
     }
@@ -481,14 +511,17 @@ private:
 
   // After an error: stop peers from waiting for this rank, and let this rank's enqueued GPU work
   // finish (bounded) before anything it reads can be released.
+  // Everything the call enqueued is awaited (an event recorded now on the call's stream), bounded by
+  // the timeout; the memory it reads is released only afterwards.
   static void fail_quietly(state& s) noexcept {
-    s.failed = true;
+    s.failed.store(true);
     try {
       if (s.host.valid()) s.host.abort();
     } catch (...) {
     }
     if (s.done.e) {
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      if (s.last_stream != nullptr || s.seq) (void)cudaEventRecord(s.done.e, s.last_stream);
+      const auto until = std::chrono::steady_clock::now() + s.opts.base.timeout;
       while (cudaEventQuery(s.done.e) == cudaErrorNotReady && std::chrono::steady_clock::now() < until)
         std::this_thread::sleep_for(std::chrono::microseconds(100));
       (void)cudaGetLastError();
@@ -496,8 +529,9 @@ private:
   }
 
   template <class F> auto guarded(state& s, F&& f) -> decltype(f()) {
-    if (s.failed)
-      raise(errc::invalid_usage, "this communicator refuses further calls after an error: " + s.cause,
+    if (s.failed.load())
+      raise(errc::invalid_usage,
+            "this communicator refuses further calls after an error: " + (s.cause.empty() ? std::string("abort() was called") : s.cause),
             error_context{s.host.valid() ? s.host.rank() : -1, "cuda::process_communicator", s.seq, -1});
     try {
       return f();
@@ -558,6 +592,7 @@ private:
     if (cap != cudaStreamCaptureStatusNone)
       raise(errc::unsupported, "cross-process collectives synchronise on the host and cannot be captured in a CUDA graph", ctx);
     guarded(s, [&] {
+      s.last_stream = stream;
       ++s.stats.calls;
       if (count == 0) return 0;
       cuda_detail::device_guard dg(s.device);
@@ -596,8 +631,12 @@ private:
       // (1) Stage this round's input slice where peers can read it.
       if (shared_in && in_reg < 0) {
         if constexpr (c == collective::reduce_scatter) {
-          BRAID_CUDA_CHECK(cudaMemcpy2DAsync(mine + L.in_off, len * E, in + base, count * E, len * E, un,
-                                             cudaMemcpyDeviceToDevice, stream));
+          if (count * E <= s.max_pitch) {
+            BRAID_CUDA_CHECK(cudaMemcpy2DAsync(mine + L.in_off, len * E, in + base, count * E, len * E, un,
+                                               cudaMemcpyDeviceToDevice, stream));
+          } else { // a pitch the 2D copy does not take: one copy per block
+            for (u64 q = 0; q < un; ++q) copy(mine + L.in_off + q * len * E, in + q * count + base, len * E, stream);
+          }
           s.stats.staged_bytes += len * E * un;
         } else {
           copy(mine + L.in_off, in + base, len * E, stream);
