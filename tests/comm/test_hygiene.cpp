@@ -248,3 +248,27 @@ TEST_CASE("hygiene: ranks as threads use no descriptor at all") {
   CHECK(during == 0);
   CHECK(my_fds().total == fds_before);
 }
+
+TEST_CASE("hygiene: a shared-memory descriptor shorter than announced is refused, not mapped (no SIGBUS)") {
+  const int fds_before = my_fds().total;
+  // A memfd of 4 KiB announced as 64 KiB: mapping it would succeed and the first touch past 4 KiB
+  // would raise SIGBUS. map_shared checks the size first, raises protocol_error and closes the fd.
+  braid::host::mapped_memory real = braid::host::mapped_memory::create_shared(4096, "braid-test-short");
+  const int fd = ::dup(real.fd());
+  REQUIRE(fd >= 0);
+  try {
+    (void)braid::host::mapped_memory::map_shared(fd, 65536, false);
+    FAIL("a short descriptor was mapped");
+  } catch (const braid::error& e) {
+    CHECK(e.code() == braid::errc::protocol);
+    CHECK(std::string(e.what()).find("4096 bytes, fewer than the 65536 announced") != std::string::npos);
+  }
+  // The exact size still maps.
+  const int fd2 = ::dup(real.fd());
+  REQUIRE(fd2 >= 0);
+  braid::host::mapped_memory ok = braid::host::mapped_memory::map_shared(fd2, 4096, false);
+  CHECK(ok.size() == 4096);
+  ok.reset();
+  real.reset();
+  CHECK(my_fds().total == fds_before); // the refused descriptor was closed too
+}

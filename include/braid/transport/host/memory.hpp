@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
 #include <utility>
 
 #include <sys/mman.h>
@@ -52,8 +54,21 @@ public:
     }
     return map_shared(fd, bytes);
   }
-  // Takes ownership of fd.
+  // Takes ownership of fd. The descriptor must hold at least `bytes` (what the peer announced): a
+  // shorter one would map, then raise SIGBUS at the first touch past its end, so it is refused here
+  // with protocol_error. (A peer that shrinks it later can still cause SIGBUS; peers are trusted.)
   static mapped_memory map_shared(int fd, std::size_t bytes, bool writable = true) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      const int e = errno;
+      ::close(fd);
+      braid::detail::raise_errno("fstat(shared memory)", __FILE__, __LINE__, e);
+    }
+    if (st.st_size < 0 || static_cast<std::uint64_t>(st.st_size) < bytes) {
+      ::close(fd);
+      raise(errc::protocol, "a shared-memory descriptor from a peer holds " + std::to_string(st.st_size) +
+                                " bytes, fewer than the " + std::to_string(bytes) + " announced");
+    }
     void* p = ::mmap(nullptr, bytes, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
       const int e = errno;
