@@ -331,11 +331,16 @@ private:
       throw;
     }
     std::vector<host::mapped_memory> maps(static_cast<std::size_t>(n));
-    for (int q = 0; q < n; ++q) {
-      if (q == r) continue;
-      const int f = fds[static_cast<std::size_t>(q)];
-      fds[static_cast<std::size_t>(q)] = -1;
-      maps[static_cast<std::size_t>(q)] = host::mapped_memory::map_shared(f, sizes[static_cast<std::size_t>(q)], false);
+    try {
+      for (int q = 0; q < n; ++q) {
+        if (q == r) continue;
+        const int f = fds[static_cast<std::size_t>(q)];
+        fds[static_cast<std::size_t>(q)] = -1; // map_shared owns it now, on success and failure alike
+        maps[static_cast<std::size_t>(q)] = host::mapped_memory::map_shared(f, sizes[static_cast<std::size_t>(q)], false);
+      }
+    } catch (...) {
+      close_all(); // the descriptors of the peers not mapped yet
+      throw;
     }
     p.reg->set_peers(id, std::move(maps));
   }

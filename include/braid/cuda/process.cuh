@@ -19,13 +19,21 @@
 // a host barrier, each rank copies the other ranks' reduced shards. Staging memory has two halves
 // used by alternate rounds, so a rank never overwrites memory a peer may still read.
 //
+// Two kinds of error. Raised before anything is enqueued or exchanged, the communicator stays usable
+// and the peers are not told (they wait in their call until the host deadline): invalid arguments,
+// an algorithm other than automatic/direct, a stream being captured, a bad registration id, a null
+// range to register. Raised once the call has started (CUDA errors, timeouts, a failed or mismatched
+// peer, memory that cannot be exported): the communicator fails, aborts its host communicator so
+// that the peers raise too, and refuses later calls. A call with count 0 returns at once on the
+// calling rank, with no synchronisation and no check against the peers' calls.
+//
 // Guarantees: the reduction order is rank 0, 1, ..., n-1 for every element; each element is reduced
 // by one rank and copied bit for bit to the others, so every rank gets identical bits. Every host wait
 // has the deadline of the host communicator's options (from_env passes process_options::base to it),
 // the wait for this rank's own stream that of process_options::base.timeout, and a peer that dies or
 // raises makes every other rank raise (peer_failed, aborted, or usage_error carrying that cause)
-// instead of waiting. After an error the communicator
-// refuses further calls (usage_error carrying the cause).
+// instead of waiting. After an error of the second kind above the
+// communicator refuses further calls (usage_error carrying the cause).
 //
 // Calls are blocking on the host: a call returns when its work on `stream` is complete (it waits for
 // the stream's earlier work too). They cannot be captured in a CUDA graph (unsupported_error).
@@ -360,9 +368,9 @@ public:
   int register_memory(void* p, std::size_t bytes) {
     state& s = live();
     error_context ctx{s.host.rank(), "register_memory", 0, -1};
+    if (!p || bytes == 0) raise(errc::invalid_argument, "register_memory: null pointer or zero bytes", ctx);
     return guarded(s, [&] {
       cuda_detail::device_guard dg(s.device);
-      if (!p || bytes == 0) raise(errc::invalid_argument, "register_memory: null pointer or zero bytes", ctx);
       const ipc_detail::wire_region mine = ipc_detail::export_region(p, bytes, s.device, ctx);
       std::vector<ipc_detail::wire_region> all = exchange(s, mine);
       registration reg;
