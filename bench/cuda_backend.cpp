@@ -505,7 +505,7 @@ struct nccl_rank {
   std::int64_t check(std::size_t count, bool in_place) {
     const int n = host.size(), r = host.rank();
     std::vector<float> h(count);
-    for (std::size_t i = 0; i < count; ++i) h[i] = static_cast<float>(r + 1 + static_cast<int>(i % 7));
+    for (std::size_t i = 0; i < count; ++i) h[i] = braid::gpu_procs::check_input(r, i);
     device_buffer a(device_of(), count * sizeof(float)), b(device_of(), count * sizeof(float));
     float* in = reinterpret_cast<float*>(a.data());
     float* out = in_place ? in : reinterpret_cast<float*>(b.data());
@@ -514,7 +514,7 @@ struct nccl_rank {
     sync();
     if (count) ok(cudaMemcpy(h.data(), out, count * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
     std::int64_t wrong = 0;
-    for (std::size_t i = 0; i < count; ++i) wrong += h[i] != static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>(i % 7));
+    for (std::size_t i = 0; i < count; ++i) wrong += h[i] != braid::gpu_procs::check_sum(n, i);
     return wrong;
   }
   static int device_of() {

@@ -124,7 +124,6 @@ void* dev_alloc_managed(std::size_t bytes) {
   BRAID_CUDA_CHECK(cudaMallocManaged(&p, bytes));
   return p;
 }
-void dev_free_managed(void* p) noexcept { cudaFree(p); }
 void set_device(int d) { BRAID_CUDA_CHECK(cudaSetDevice(d)); }
 // Synchronised, so that a peer process reading the memory next sees the bytes (a pageable cudaMemcpy
 // may return before its DMA ends; cudaMemset is asynchronous).
@@ -343,7 +342,7 @@ std::int64_t check_all_reduce(comm& c, std::size_t count, bool in_place) {
   BRAID_CUDA_CHECK(cudaSetDevice(c.pc.device()));
   const int n = c.pc.size(), r = c.pc.rank();
   std::vector<float> host(count);
-  for (std::size_t i = 0; i < count; ++i) host[i] = static_cast<float>(r + 1 + static_cast<int>(i % 7));
+  for (std::size_t i = 0; i < count; ++i) host[i] = check_input(r, i);
   float_pair b(count);
   float* out = in_place ? b.in : b.out;
   if (count) BRAID_CUDA_CHECK(cudaMemcpy(b.in, host.data(), count * sizeof(float), cudaMemcpyHostToDevice));
@@ -351,7 +350,7 @@ std::int64_t check_all_reduce(comm& c, std::size_t count, bool in_place) {
   if (count) BRAID_CUDA_CHECK(cudaMemcpy(host.data(), out, count * sizeof(float), cudaMemcpyDeviceToHost));
   std::int64_t wrong = 0;
   for (std::size_t i = 0; i < count; ++i)
-    wrong += host[i] != static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>(i % 7));
+    wrong += host[i] != check_sum(n, i);
   return wrong;
 }
 

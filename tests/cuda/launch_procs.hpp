@@ -55,8 +55,7 @@ stats stats_of(const comm& c);
 // Device memory on the current device (cudaMalloc), and copies; raise braid::cuda_error.
 void* dev_alloc(std::size_t bytes);
 void dev_free(void* p) noexcept;
-void* dev_alloc_managed(std::size_t bytes); // for the "cannot be exported" test
-void dev_free_managed(void* p) noexcept;
+void* dev_alloc_managed(std::size_t bytes); // for the "cannot be exported" test; free with dev_free
 void set_device(int d);
 void to_device(void* dst, const void* src, std::size_t bytes);
 void to_host(void* dst, const void* src, std::size_t bytes);
@@ -76,8 +75,12 @@ overlap_result measure_overlap(std::size_t bytes, int nranks, int runs);
 // Seconds per all_reduce of `count` floats (sum), mean over `iters` after `warmup`, wall clock (the
 // calls are blocking). Every rank calls it together.
 double time_all_reduce(comm& c, std::size_t count, int warmup, int iters, bool in_place);
-// One all_reduce of `count` floats with known inputs (rank r, element i: r + 1 + i % 7, exact in
-// float); returns this rank's number of wrong output elements.
+// The check pattern of check_all_reduce (and of braid-bench's NCCL --procs rows): rank r's element i,
+// and the exact sum over n ranks (small integers: exact in float).
+inline float check_input(int r, std::size_t i) { return static_cast<float>(r + 1 + static_cast<int>(i % 7)); }
+inline float check_sum(int n, std::size_t i) { return static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>(i % 7)); }
+
+// One all_reduce of `count` floats with check_input; returns this rank's number of wrong elements.
 std::int64_t check_all_reduce(comm& c, std::size_t count, bool in_place);
 // Through the host communicator: the maximum / sum over ranks.
 double max_over_ranks(comm& c, double v);

@@ -311,7 +311,7 @@ TEST_CASE("registration: unexportable memory is refused, registered inputs are r
         gp::register_memory(*c, m, 4096);
         return 5;
       } catch (const braid::error& e) {
-        gp::dev_free_managed(m);
+        gp::dev_free(m);
         std::printf("rank 0: %s\n", e.what());
         if (e.code() != errc::unsupported) return 6;
       }

@@ -92,8 +92,6 @@ struct process_stats {
 
 namespace ipc_detail {
 
-using u64 = std::uint64_t;
-
 inline constexpr int max_ranks = 64;
 
 // The allocation a device pointer lies in (base and size), from the driver; raises unsupported for
@@ -322,7 +320,6 @@ public:
       const ipc_detail::wire_region mine = ipc_detail::export_region(s.staging.p, 2 * s.half, device, ctx);
       std::vector<ipc_detail::wire_region> all = exchange(s, mine);
       s.peer_staging.assign(static_cast<std::size_t>(n), nullptr);
-      s.peer_staging_base.assign(static_cast<std::size_t>(n), 0);
       for (int q = 0; q < n; ++q) {
         const auto& w = all[static_cast<std::size_t>(q)];
         if (w.bytes != 2 * s.half)
@@ -333,7 +330,6 @@ public:
           continue;
         }
         s.peer_staging[static_cast<std::size_t>(q)] = s.maps.map(q, w, device, ctx);
-        s.peer_staging_base[static_cast<std::size_t>(q)] = w.base;
       }
       // Nobody uses a peer's memory before every rank has mapped everyone's.
       s.host.barrier();
@@ -499,7 +495,6 @@ private:
     ipc_detail::peer_mappings maps;
     event done;
     std::vector<std::byte*> peer_staging;
-    std::vector<ipc_detail::u64> peer_staging_base;
     std::vector<registration> regs;
     ipc_detail::u64 round = 0, seq = 0;
     process_stats stats;
@@ -528,7 +523,7 @@ private:
     } catch (...) {
     }
     if (s.done.e) {
-      if (s.last_stream != nullptr || s.seq) (void)cudaEventRecord(s.done.e, s.last_stream);
+      if (s.seq) (void)cudaEventRecord(s.done.e, s.last_stream); // a call has run: drain its stream
       const auto until = std::chrono::steady_clock::now() + s.opts.base.timeout;
       while (cudaEventQuery(s.done.e) == cudaErrorNotReady && std::chrono::steady_clock::now() < until)
         std::this_thread::sleep_for(std::chrono::microseconds(100));
