@@ -492,6 +492,10 @@ public:
     if (csv_) std::fclose(csv_);
   }
 
+  // Rows keep #wrong but print no time or bandwidth (the emulated CUDA device: its times are CPU
+  // times of the emulator, not GPU figures).
+  void untimed(const char* why) { untimed_ = why; }
+
   void open_csv() {
     if (cfg_.csv.empty()) return;
     csv_ = std::fopen(cfg_.csv.c_str(), "w");
@@ -511,6 +515,9 @@ public:
                 cfg_.step_bytes ? "bytes" : "factor", cfg_.warmup, cfg_.iters, cfg_.check);
     std::printf("# host %s, %ld cpus online; time = mean per call, max over ranks; GB = 1e9 bytes\n", host,
                 ::sysconf(_SC_NPROCESSORS_ONLN));
+    if (untimed_)
+      std::printf("# running on the %s: results are checked, and no time or bandwidth is printed (\"-\"):\n"
+                  "# an emulator's time is not a GPU figure\n", untimed_);
   }
 
   void print_table_header(collective c, algo a) {
@@ -531,7 +538,8 @@ public:
 
   void print_table_footer() {
     std::printf("# Out of bounds values : %d %s\n", table_oob_, table_oob_ ? "FAILED" : "OK");
-    std::printf("# Avg bus bandwidth    : %g \n", bw_count_ ? bw_sum_ / bw_count_ : 0.0);
+    if (untimed_) std::printf("# Avg bus bandwidth    : - (not timed: %s)\n", untimed_);
+    else std::printf("# Avg bus bandwidth    : %g \n", bw_count_ ? bw_sum_ / bw_count_ : 0.0);
     std::fflush(stdout);
   }
 
@@ -581,8 +589,10 @@ public:
         std::printf("  %7s  %6s  %6s  %5s", "N/A", "N/A", "N/A", "N/A");
         continue;
       }
-      std::printf("  %7s  %6s  %6s", fmt_num(h->time_us, 7).c_str(), fmt_num(h->algbw, 6).c_str(),
-                  fmt_num(h->busbw, 6).c_str());
+      if (untimed_) std::printf("  %7s  %6s  %6s", "-", "-", "-");
+      else
+        std::printf("  %7s  %6s  %6s", fmt_num(h->time_us, 7).c_str(), fmt_num(h->algbw, 6).c_str(),
+                    fmt_num(h->busbw, 6).c_str());
       if (h->checked) std::printf("  %5g", static_cast<double>(h->wrong));
       else std::printf("  %5s", "N/A");
     }
@@ -594,6 +604,7 @@ public:
                    std::string(type).c_str(), std::string(redop).c_str(), root);
       for (const half_result* h : {&oop, &ip}) {
         if (!h->valid) std::fprintf(csv_, ",,,,");
+        else if (untimed_) h->checked ? std::fprintf(csv_, ",,,,%" PRId64, h->wrong) : std::fprintf(csv_, ",,,,");
         else if (h->checked) std::fprintf(csv_, ",%.3f,%.4f,%.4f,%" PRId64, h->time_us, h->algbw, h->busbw, h->wrong);
         else std::fprintf(csv_, ",%.3f,%.4f,%.4f,", h->time_us, h->algbw, h->busbw);
       }
@@ -607,6 +618,7 @@ private:
   int n_;
   const char* backend_;
   FILE* csv_ = nullptr;
+  const char* untimed_ = nullptr;
   int tables_ = 0, rows_ = 0, total_oob_ = 0;
   std::int64_t total_wrong_ = 0;
   int table_oob_ = 0;

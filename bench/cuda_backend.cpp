@@ -25,7 +25,7 @@
 
 #include <functional>
 
-#include <cuda_runtime.h>
+#include <braid/cuda/runtime.cuh>
 #ifdef BRAID_BENCH_NCCL
 #include <nccl.h>
 #endif
@@ -90,8 +90,8 @@ public:
       : g_(gt::make_group(devices, timeout, 0)) {}
   const char* name() const override { return "cuda"; }
   bool has(collective c, dtype t, op_kind k, algo) const override {
-    // Copy collectives run the sum kernels; reductions need (c, t, k) instantiated.
-    return gt::instantiated(has_reduction(c) ? c : collective::all_reduce, t, has_reduction(c) ? k : op_kind::sum);
+    // What the launch layer instantiates (copy collectives are asked with sum: their rows carry no operator).
+    return gt::instantiated(c, t, has_reduction(c) ? k : op_kind::sum);
   }
   void launch(const std::vector<gt::call>& calls) override {
     for (std::size_t r = 0; r < calls.size(); ++r) gt::enqueue(*g_, static_cast<int>(r), calls[r]);
@@ -204,7 +204,9 @@ private:
 class cuda_runner {
 public:
   cuda_runner(const config& cfg, engine& e, const std::vector<int>& devices)
-      : cfg_(cfg), n_(static_cast<int>(devices.size())), devices_(devices), e_(e), out_(cfg, n_, e.name()) {}
+      : cfg_(cfg), n_(static_cast<int>(devices.size())), devices_(devices), e_(e), out_(cfg, n_, e.name()) {
+    if (gt::emulated()) out_.untimed(gt::device_kind());
+  }
 
   int run() {
     out_.open_csv();
@@ -312,6 +314,12 @@ private:
         for (std::uint64_t g = 0; g < in_n; ++g) host[g] = pat.gen(r, g);
         if (in_n) ok(cudaMemcpy(ins[ur], host.data(), in_n * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
       }
+      // cudaMemset and a cudaMemcpy from pageable memory may return before they land, on the legacy
+      // stream, and the ranks' streams are non-blocking: wait for them before any kernel reads.
+      for (int d : devices_) {
+        ok(cudaSetDevice(d), "cudaSetDevice");
+        ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      }
     };
     auto once = [&] { e_.launch(calls); };
     fill_inputs();
@@ -390,6 +398,11 @@ private:
 // --kernel: bandwidth counts every byte read and written (memcpy and copy: 2 x size; sum of two:
 // 3 x size), so the ratio to cudaMemcpy says how close the loop comes to the memory system's limit.
 int run_kernel_table(const config& cfg) {
+  if (gt::emulated()) {
+    std::fprintf(stderr, "braid-bench: --kernel times the reduce-copy loop, and this build runs on the %s, which has no "
+                         "GPU timings\n", gt::device_kind());
+    return exit_usage;
+  }
   cudaDeviceProp p{};
   ok(cudaSetDevice(0), "cudaSetDevice");
   ok(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
@@ -592,6 +605,7 @@ int run_cuda_procs(const config& cfg, std::chrono::nanoseconds timeout, bool ncc
         std::unique_ptr<table_printer> out;
         if (r == 0) {
           out = std::make_unique<table_printer>(cfg, n, nccl ? "nccl-procs" : "cuda-procs");
+          if (gt::emulated()) out->untimed(gt::device_kind());
           out->open_csv();
           out->print_global_header();
           std::printf("# ranks are processes, rank r on GPU r %% %d; %s\n", ndev, what.c_str());

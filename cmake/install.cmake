@@ -5,7 +5,7 @@
 #
 # Installed layout (prefix-relative, so the tree can be moved):
 #   ${CMAKE_INSTALL_INCLUDEDIR}/braid/...                    the headers
-#   ${CMAKE_INSTALL_DATAROOTDIR}/cmake/braid/braidTargets.cmake  braid::braid (INTERFACE, imported)
+#   ${CMAKE_INSTALL_DATAROOTDIR}/cmake/braid/braidTargets.cmake  braid::braid, braid::emu (INTERFACE, imported)
 #   ${CMAKE_INSTALL_DATAROOTDIR}/cmake/braid/braidConfig.cmake   find_package(braid) entry point
 #   ${CMAKE_INSTALL_DATAROOTDIR}/cmake/braid/braidConfigVersion.cmake
 # Header-only and architecture-independent, so the package lives under share/, not lib/.
@@ -31,7 +31,7 @@ if(BRAID_INSTALL)
   if(NOT "${_braid_incs}" MATCHES "\\$<INSTALL_INTERFACE:[^>]")
     set(_braid_includes_destination INCLUDES DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
   endif()
-  install(TARGETS braid EXPORT braidTargets ${_braid_includes_destination})
+  install(TARGETS braid braid_emu EXPORT braidTargets ${_braid_includes_destination})
   unset(_braid_incs)
   unset(_braid_includes_destination)
   install(EXPORT braidTargets

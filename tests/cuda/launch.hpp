@@ -28,8 +28,13 @@ struct group;
 // create_group(devices) with the given per-wait timeout and staging memory per rank (0: what
 // options::from_env() says: BRAID_TIMEOUT or 300 s, BRAID_STAGING_BYTES or 8 MiB). Raises what
 // create_group raises.
+// threads_per_block / max_blocks_per_rank: group_options' fields (0: their defaults).
 std::shared_ptr<group> make_group(const std::vector<int>& devices, std::chrono::nanoseconds timeout = {},
-                                  std::size_t staging_bytes = 0);
+                                  std::size_t staging_bytes = 0, int threads_per_block = 0, int max_blocks_per_rank = 0);
+
+// The launch shape the group's kernels use (every rank's kernel: the same grid).
+int blocks_per_rank(const group& g);
+int threads_per_block(const group& g);
 
 int size(const group& g);
 // The rank's stream as an opaque handle (a cudaStream_t; test_gpu.cpp casts it back).
@@ -55,6 +60,10 @@ bool instantiated(collective c, dtype t, op_kind k);
 // Enqueues rank's part of `c` on the rank's stream and returns at once (stream-ordered, like the
 // communicator). Argument errors are raised before anything is enqueued.
 void enqueue(group& g, int rank, const call& c);
+
+// What the kernels of this binary run on: "CUDA GPU", or the emulated CUDA device (braid/emu).
+const char* device_kind();
+bool emulated();
 
 // Whether the collective kernels can run on the current device (built for its architecture); on
 // false, `why` says what the runtime answered.

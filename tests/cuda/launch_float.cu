@@ -11,10 +11,12 @@
 namespace braid::gpu_test {
 
 std::shared_ptr<group> make_group(const std::vector<int>& devices, std::chrono::nanoseconds timeout,
-                                  std::size_t staging_bytes) {
+                                  std::size_t staging_bytes, int threads_per_block, int max_blocks_per_rank) {
   braid::cuda::group_options o; // base = options::from_env()
   if (timeout.count() > 0) o.base.with_timeout(timeout);
   if (staging_bytes) o.base.staging_bytes = staging_bytes;
+  if (threads_per_block > 0) o.threads_per_block = threads_per_block;
+  if (max_blocks_per_rank > 0) o.max_blocks_per_rank = max_blocks_per_rank;
   auto g = std::make_shared<group>();
   g->comms = braid::cuda::create_group(devices, o);
   int saved = 0;
@@ -30,6 +32,8 @@ std::shared_ptr<group> make_group(const std::vector<int>& devices, std::chrono::
 }
 
 int size(const group& g) { return static_cast<int>(g.comms.size()); }
+int blocks_per_rank(const group& g) { return g.comms.at(0).blocks_per_rank(); }
+int threads_per_block(const group& g) { return g.comms.at(0).threads_per_block(); }
 
 void* stream(const group& g, int rank) { return g.streams.at(static_cast<std::size_t>(rank)); }
 
@@ -73,10 +77,10 @@ void enqueue(group& g, int rank, const call& c) {
 
 namespace {
 template <class T>
-__global__ void reduce_copy_kernel(const T* a, const T* b, T* out, std::uint64_t count, int nsrc) {
+BRAID_KERNEL void reduce_copy_kernel(const T* a, const T* b, T* out, std::uint64_t count, int nsrc) {
   const T* src[2] = {a, b};
-  const std::uint64_t tid = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const std::uint64_t nthreads = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  const std::uint64_t tid = static_cast<std::uint64_t>(gpu::block_index()) * gpu::block_size() + gpu::thread_index();
+  const std::uint64_t nthreads = static_cast<std::uint64_t>(gpu::grid_size()) * gpu::block_size();
   braid::cuda_detail::reduce_copy<T>(src, nsrc, out, static_cast<T*>(nullptr), count, sum<float>{}, true, 1, tid, nthreads);
 }
 
@@ -93,7 +97,9 @@ template <class T> double time_typed(int nsrc, std::size_t bytes, int iters, int
   BRAID_CUDA_CHECK(cudaEventCreate(&e1));
   auto once = [&] {
     if (nsrc == 0) BRAID_CUDA_CHECK(cudaMemcpyAsync(o, a, bytes, cudaMemcpyDeviceToDevice, nullptr));
-    else reduce_copy_kernel<T><<<blocks, threads>>>(static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(o), count, nsrc);
+    else
+      BRAID_CUDA_CHECK(gpu::launch(&reduce_copy_kernel<T>, static_cast<unsigned>(blocks), static_cast<unsigned>(threads), 0,
+                                   nullptr, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(o), count, nsrc));
   };
   for (int i = 0; i < 3; ++i) once();
   BRAID_CUDA_CHECK(cudaEventRecord(e0, nullptr));
@@ -121,6 +127,13 @@ double time_reduce_copy(dtype type, int nsrc, std::size_t bytes, int iters, int 
   default: raise(errc::unsupported, "time_reduce_copy: float32 or bfloat16");
   }
 }
+
+const char* device_kind() { return gpu::device_kind(); }
+#if defined(BRAID_CUDA_EMULATED_RUNTIME)
+bool emulated() { return true; }
+#else
+bool emulated() { return false; }
+#endif
 
 bool kernels_loadable(std::string& why) {
   cudaFuncAttributes attr{};

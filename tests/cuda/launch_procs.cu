@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -140,13 +141,13 @@ void dev_fill(void* dst, unsigned char byte, std::size_t bytes) {
 namespace {
 
 // Compute-bound: `iters` dependent FMAs per thread, no memory traffic but one store.
-__global__ void fma_kernel(float* out, int iters) {
-  float a = 1.0f + threadIdx.x * 1e-7f, b = 0.999999f, c = 1e-7f;
+BRAID_KERNEL void fma_kernel(float* out, int iters) {
+  float a = 1.0f + static_cast<float>(gpu::thread_index()) * 1e-7f, b = 0.999999f, c = 1e-7f;
   for (int i = 0; i < iters; ++i) {
     a = fmaf(a, b, c);
     b = fmaf(b, a, -c);
   }
-  if (a == 12345.0f) out[blockIdx.x] = b; // practically never: keeps the loop alive
+  if (a == 12345.0f) out[gpu::block_index()] = b; // practically never: keeps the loop alive
 }
 
 double time_kernel(cudaStream_t s, float* sink, int blocks, int iters) {
@@ -154,8 +155,7 @@ double time_kernel(cudaStream_t s, float* sink, int blocks, int iters) {
   BRAID_CUDA_CHECK(cudaEventCreate(&a));
   BRAID_CUDA_CHECK(cudaEventCreate(&b));
   BRAID_CUDA_CHECK(cudaEventRecord(a, s));
-  fma_kernel<<<blocks, 256, 0, s>>>(sink, iters);
-  BRAID_CUDA_CHECK(cudaGetLastError());
+  BRAID_CUDA_CHECK(gpu::launch(&fma_kernel, static_cast<unsigned>(blocks), 256u, 0, s, sink, iters));
   BRAID_CUDA_CHECK(cudaEventRecord(b, s));
   BRAID_CUDA_CHECK(cudaEventSynchronize(b));
   float ms = 0;

@@ -26,7 +26,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
-#include <cuda_runtime.h>
+#include <braid/cuda/runtime.cuh>
 
 #include <algorithm>
 #include <chrono>
@@ -100,19 +100,25 @@ struct rig {
   std::size_t bytes;
   std::chrono::nanoseconds timeout;
   std::size_t staging;
+  std::vector<int> devices;                    // rank r's GPU
+  int threads = 0, max_blocks = 0;             // the group's launch shape (0: defaults)
   std::shared_ptr<gt::group> g;
-  std::vector<void*> in, out;                  // per rank, `bytes` each, on device 0
+  std::vector<void*> in, out;                  // per rank, `bytes` each, on the rank's GPU
   std::vector<std::vector<unsigned char>> img; // per rank host scratch
 
-  rig(int nranks, std::size_t buffer_bytes, std::chrono::nanoseconds t, std::size_t staging_bytes = 0)
-      : n(nranks), bytes(buffer_bytes), timeout(t), staging(staging_bytes), in(static_cast<std::size_t>(nranks)),
+  rig(int nranks, std::size_t buffer_bytes, std::chrono::nanoseconds t, std::size_t staging_bytes = 0,
+      std::vector<int> devs = {}, int threads_per_block = 0, int max_blocks_per_rank = 0)
+      : n(nranks), bytes(buffer_bytes), timeout(t), staging(staging_bytes),
+        devices(devs.empty() ? std::vector<int>(static_cast<std::size_t>(nranks), 0) : std::move(devs)),
+        threads(threads_per_block), max_blocks(max_blocks_per_rank), in(static_cast<std::size_t>(nranks)),
         out(static_cast<std::size_t>(nranks)), img(static_cast<std::size_t>(nranks)) {
-    GPU_OK(cudaSetDevice(0));
     renew();
     for (int r = 0; r < n; ++r) {
+      GPU_OK(cudaSetDevice(devices[idx(r)]));
       GPU_OK(cudaMalloc(&in[idx(r)], bytes));
       GPU_OK(cudaMalloc(&out[idx(r)], bytes));
     }
+    GPU_OK(cudaSetDevice(0));
   }
   rig(const rig&) = delete;
   rig& operator=(const rig&) = delete;
@@ -126,7 +132,15 @@ struct rig {
   // A fresh group (after an error poisoned the old one: every later call would raise it again).
   void renew() {
     g.reset();
-    g = gt::make_group(std::vector<int>(static_cast<std::size_t>(n), 0), timeout, staging);
+    g = gt::make_group(devices, timeout, staging, threads, max_blocks);
+  }
+  // Synchronises every device (the uploads run on each device's legacy stream).
+  void sync_uploads() {
+    for (int d : devices) {
+      GPU_OK(cudaSetDevice(d));
+      GPU_OK(cudaDeviceSynchronize());
+    }
+    GPU_OK(cudaSetDevice(0));
   }
   // Synchronises every rank's stream; returns the first CUDA error as text ("" if none).
   std::string sync() {
@@ -206,6 +220,12 @@ std::string run_case(rig& x, collective c, algo a, op_kind k, std::size_t count,
     }
   }
 
+  // The uploads above run on the legacy default stream, and a cudaMemcpy from pageable memory may
+  // return before its copy has landed; the ranks' streams are non-blocking (not ordered after the
+  // legacy stream). Without this, a kernel can read an input that is still being written (the
+  // emulated device showed it: wrong values at the start of in-place buffers).
+  x.sync_uploads();
+
   // Every rank's kernel is enqueued before any stream is synchronised: they wait for each other.
   std::string failure;
   for (int r = 0; r < n && failure.empty(); ++r) {
@@ -260,7 +280,7 @@ struct tally {
     if (++failures <= 25) FAIL_CHECK(failure);
   }
   void report(const char* what) {
-    MESSAGE(what << ": " << cases << " cases, " << failures << " failed");
+    MESSAGE(std::string(what) << ": " << cases << " cases, " << failures << " failed");
     CHECK(failures == 0);
   }
 };
@@ -314,6 +334,7 @@ void upload_inputs(float_buffers& b, int rep, bool in_place) {
     GPU_OK(cudaMemcpy(dst, h.data(), b.count * sizeof(float), cudaMemcpyHostToDevice));
     if (!in_place) GPU_OK(cudaMemset(b.out[static_cast<std::size_t>(r)], 0xA5, b.count * sizeof(float)));
   }
+  GPU_OK(cudaDeviceSynchronize()); // legacy-stream uploads, read next by kernels on non-blocking streams
 }
 
 // Number of elements of every rank's output that differ from the all_reduce sum (first bad one in `first`).
@@ -419,6 +440,56 @@ TEST_CASE("gpu sweep: 64 KiB staging, many rounds per call (float, every collect
   t.report(("64 KiB staging, float sum, ranks 2,3,4,5,8, count " + std::to_string(big)).c_str());
 }
 
+// Launch shapes and device layouts. A kernel must be right for every launch shape (indexing mistakes
+// hide at the default one): blocks of 3 threads, a grid of 1 block, a grid of 5, the largest block.
+// Ranks share one GPU or are spread over the GPUs (peer access between them).
+TEST_CASE("gpu sweep: launch shapes and device layouts (float sum, every collective and algorithm)") {
+  int ndev = 0;
+  GPU_OK(cudaGetDeviceCount(&ndev));
+  const std::size_t big = std::min<std::size_t>(sweep_large(), 20011);
+  struct launch {
+    int threads, max_blocks;
+  };
+  tally t;
+  std::vector<std::pair<int, int>> seen; // (threads, blocks) that ran
+  for (int n : {2, 3, 4})
+    for (const bool spread : {false, true}) {
+      if (spread && ndev < 2) {
+        MESSAGE("one GPU: the layout with ranks on different GPUs is not run");
+        continue;
+      }
+      std::vector<int> devs(static_cast<std::size_t>(n));
+      for (int r = 0; r < n; ++r) devs[static_cast<std::size_t>(r)] = spread ? r % ndev : 0;
+      for (const launch l : {launch{3, 1}, launch{32, 5}, launch{96, 32}, launch{1024, 2}}) {
+        rig x(n, buffer_bytes(big, n, true, sizeof(float)), sweep_timeout(), 0, devs, l.threads, l.max_blocks);
+        const int grid = gt::blocks_per_rank(x.group()), threads = gt::threads_per_block(x.group());
+        CHECK(threads == l.threads);
+        CHECK(grid >= 1);
+        CHECK(grid <= l.max_blocks);
+        seen.emplace_back(threads, grid);
+        std::ostringstream label;
+        label << (spread ? "ranks on GPUs r % " + std::to_string(ndev) : std::string("ranks on GPU 0")) << ", " << grid
+              << " block(s) of " << threads << " threads: ";
+        for (collective c : braid::testing::sweep_collectives)
+          for (algo a : algos_for(c))
+            for (const shape& s : {shape{1, 0, false}, shape{7, 0, true}, shape{1003, 3, false}, shape{big, 0, false},
+                                   shape{big, 5, true}}) {
+              const std::string f = run_case<float, braid::sum<>>(x, c, a, op_kind::sum, s.count, s.offset, s.in_place);
+              t.add(f.empty() ? f : label.str() + f);
+            }
+      }
+    }
+  auto ran = [&](int threads, int blocks) {
+    return std::any_of(seen.begin(), seen.end(), [&](const std::pair<int, int>& p) {
+      return (threads == 0 || p.first == threads) && (blocks == 0 || p.second == blocks);
+    });
+  };
+  CHECK_MESSAGE(ran(3, 1), "no group ran blocks of 3 threads in a grid of 1");
+  CHECK_MESSAGE(ran(1024, 0), "no group ran blocks of 1024 threads");
+  if (ndev >= 2) CHECK_MESSAGE(ran(0, 5), "no group ran a grid of 5 blocks");
+  t.report(("launch shapes x layouts, float sum, ranks 2,3,4, count " + std::to_string(big)).c_str());
+}
+
 // ---- CUDA graphs ----------------------------------------------------------------------------------
 
 TEST_CASE("gpu graph: one captured all_reduce per rank, replayed with new inputs") {
@@ -488,7 +559,7 @@ TEST_CASE("gpu stalled rank: the waiting kernel times out, check() names the pee
       gt::check(*g, 0);
     } catch (const braid::timeout_error& e) {
       raised = true;
-      MESSAGE("check(): " << e.what());
+      MESSAGE("check(): " << std::string(e.what()));
       CHECK(e.code() == errc::timeout);
       CHECK(e.peer() >= 1);
       CHECK(e.peer() < n);
@@ -529,8 +600,8 @@ TEST_CASE("gpu bad arguments: raised before anything is launched, the group stay
       CHECK(e.rank() == 0);
       CHECK(e.collective() == name(c.coll));
     }
-    CHECK_MESSAGE(raised, what << ": no error raised");
-    CHECK_MESSAGE(cudaStreamQuery(stream_of(*g, 0)) == cudaSuccess, what << ": something was enqueued");
+    CHECK_MESSAGE(raised, std::string(what) << ": no error raised");
+    CHECK_MESSAGE(cudaStreamQuery(stream_of(*g, 0)) == cudaSuccess, std::string(what) << ": something was enqueued");
   };
   auto call = [&](collective c, const float* i, float* o, std::size_t count, int root = 0, algo a = algo::automatic) {
     gt::call x;
@@ -608,9 +679,10 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp p{};
   if (cudaGetDeviceProperties(&p, 0) == cudaSuccess)
-    std::printf("GPU 0 of %d: %s, sm_%d%d, %d SMs, %.1f GiB; test kernels built for CUDA architectures %s\n", devices,
-                p.name, p.major, p.minor, p.multiProcessorCount, static_cast<double>(p.totalGlobalMem) / (1u << 30),
-                BRAID_GPU_TEST_ARCHS);
+    std::printf("test_gpu: running on the %s; device 0 of %d: %s, sm_%d%d, %d SMs, %.1f GiB; test kernels built for %s\n",
+                gt::device_kind(), devices, p.name, p.major, p.minor, p.multiProcessorCount,
+                static_cast<double>(p.totalGlobalMem) / (1u << 30),
+                gt::emulated() ? "the host (emulated device)" : "CUDA architectures " BRAID_GPU_TEST_ARCHS);
   std::string why;
   if (!gt::kernels_loadable(why)) {
     std::printf("FAILED: the test kernels cannot run on GPU 0 (%s): rebuild with -DCMAKE_CUDA_ARCHITECTURES=%d%d\n",

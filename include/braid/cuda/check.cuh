@@ -1,7 +1,7 @@
 // braid/cuda/check.cuh — CUDA runtime errors as braid::cuda_error (needs nvcc or the CUDA runtime headers).
 #pragma once
 
-#include <cuda_runtime.h>
+#include "runtime.cuh"
 
 #include <string>
 

@@ -7,7 +7,7 @@
 // (it may be private if the communicator befriends stream_collectives<Self>).
 #pragma once
 
-#include <cuda_runtime.h>
+#include "runtime.cuh"
 
 #include <cstddef>
 

@@ -17,12 +17,13 @@
 // Not verified on a GPU yet: this file compiles in CI; the GPU tests skip where no device exists.
 #pragma once
 
-#include <cuda_runtime.h>
+#include "runtime.cuh"
 
 #include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../comm/options.hpp"
@@ -35,6 +36,7 @@
 #include "check.cuh"
 #include "collectives.cuh"
 #include "executor.cuh"
+#include "kernel.cuh"
 
 namespace braid::cuda {
 
@@ -91,25 +93,39 @@ public:
   int size() const { return live().nranks; }
   int device() const { return live().ranks[static_cast<std::size_t>(rank_)].device; }
   bool valid() const noexcept { return g_ != nullptr; }
+  // The launch shape of this group's kernels (the same for every rank): blocks per rank, chosen by
+  // create_group from the device's SMs, and threads per block (group_options::threads_per_block).
+  int blocks_per_rank() const { return live().blocks; }
+  int threads_per_block() const { return live().threads; }
 
   // Raises the error a kernel of this group recorded (timeout, abort), if any.
   void check() const {
     const detail::group_state& g = live();
-    const auto* ab = g.abort;
-    if (!__atomic_load_n(&ab->flag, __ATOMIC_ACQUIRE)) return; // the record is written before the flag
-    error_context c{ab->first.rank >= 0 ? ab->first.rank : rank_, "cuda collective", 0, ab->first.peer};
-    if (ab->first.code == static_cast<unsigned>(errc::timeout))
-      raise(errc::timeout, "rank " + std::to_string(ab->first.rank) + " waited more than the timeout for rank " +
-                               std::to_string(ab->first.peer) + " at step " + std::to_string(ab->first.step) + " on the GPU", c);
+    auto* ab = g.abort;
+    if (!__atomic_load_n(&ab->flag, __ATOMIC_ACQUIRE)) return;
+    // The flag is raised only once the record is claimed; wait (briefly) until it is complete.
+    for (int i = 0; __atomic_load_n(&ab->claim, __ATOMIC_ACQUIRE) != cuda_detail::abort_claim_written; ++i) {
+      if (i > 100000) raise(errc::aborted, "the group was aborted (its error record was never completed)", error_context{rank_, "cuda collective", 0, -1});
+      std::this_thread::yield();
+    }
+    const cuda_detail::device_error first = ab->first;
+    error_context c{first.rank >= 0 ? first.rank : rank_, "cuda collective", 0, first.peer};
+    if (first.code == static_cast<unsigned>(errc::timeout))
+      raise(errc::timeout, "rank " + std::to_string(first.rank) + " waited more than the timeout for rank " +
+                               std::to_string(first.peer) + " at step " + std::to_string(first.step) + " on the " +
+                               gpu::device_kind(), c);
     raise(errc::aborted, "the group was aborted", c);
   }
   // Makes every kernel of the group return at its next check (within microseconds).
   void abort() {
     detail::group_state& g = live();
     unsigned expected = 0;
-    if (__atomic_compare_exchange_n(&g.abort->claim, &expected, 1u, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-      g.abort->first.code = static_cast<unsigned>(errc::aborted);
-    __atomic_store_n(&g.abort->flag, 1u, __ATOMIC_RELEASE);
+    if (__atomic_compare_exchange_n(&g.abort->claim, &expected, cuda_detail::abort_claim_writing, false, __ATOMIC_ACQUIRE,
+                                    __ATOMIC_RELAXED)) {
+      g.abort->first = cuda_detail::device_error{static_cast<unsigned>(errc::aborted), rank_, -1, -1, 0};
+      __atomic_store_n(&g.abort->claim, cuda_detail::abort_claim_written, __ATOMIC_RELEASE);
+    }
+    __atomic_exchange_n(&g.abort->flag, 1u, __ATOMIC_RELEASE);
   }
 
 
@@ -175,8 +191,8 @@ private:
       la.in_desc = !in_place && reads_in ? static_cast<std::uint64_t>(lo(in)) : 0;
       la.abort = g.abort;
       la.timeout_ns = static_cast<std::uint64_t>(g.opts.timeout.count());
-      cuda_detail::collective_kernel<S, T, Op><<<g.blocks, g.threads, 0, stream>>>(la, op);
-      BRAID_CUDA_CHECK(cudaGetLastError());
+      BRAID_CUDA_CHECK(gpu::launch(&cuda_detail::collective_kernel<S, T, Op>, static_cast<unsigned>(g.blocks),
+                                   static_cast<unsigned>(g.threads), 0, stream, la, op));
     });
   }
 };
@@ -190,6 +206,14 @@ inline std::vector<communicator> create_group(const std::vector<int>& devices, c
   BRAID_CUDA_CHECK(cudaGetDeviceCount(&count));
   for (int d : devices)
     if (d < 0 || d >= count) raise(errc::invalid_argument, "create_group: device " + std::to_string(d) + " does not exist");
+  if (o.max_blocks_per_rank < 1) raise(errc::invalid_argument, "create_group: max_blocks_per_rank must be at least 1");
+  for (int d : devices) {
+    int most = 0;
+    BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxThreadsPerBlock, d));
+    if (o.threads_per_block < 1 || o.threads_per_block > most)
+      raise(errc::invalid_argument, "create_group: threads_per_block must be within [1, " + std::to_string(most) + "] on GPU " +
+                                        std::to_string(d));
+  }
   auto g = std::make_shared<detail::group_state>();
   g->nranks = n;
   g->opts = o.base;

@@ -1,14 +1,13 @@
 // braid/cuda/device.cuh — device-side primitives of the CUDA transport: progress words, bounded waits,
-// and the reduce-copy loop.
+// the abort record, and the reduce-copy loop. Written in braid/cuda/kernel.cuh's vocabulary, so the
+// same text runs on a GPU (nvcc) and on the emulated device (a host compiler, BRAID_CUDA_EMULATOR).
 //
-// Memory ordering: a rank's blocks write data, each block then fences (__threadfence_system) and
-// arrives on the step's counter; the last block to arrive stores the rank's progress word with
-// release at system scope. A reader loads the word with acquire at system scope before it reads
-// the data. Peers on other GPUs reach the words and data through peer mappings (NVLink/PCIe).
+// Memory ordering: a rank's blocks write data, each block then fences (gpu::fence_system) and
+// arrives on the step's counter with an acq_rel read-modify-write; the last block to arrive stores
+// the rank's progress word with release at system scope. A reader loads the word with acquire at
+// system scope before it reads the data. Peers on other GPUs reach the words and data through peer
+// mappings (NVLink/PCIe).
 #pragma once
-
-#include <cuda/atomic>
-#include <cuda_runtime.h>
 
 #include <cstdint>
 #include <type_traits>
@@ -16,13 +15,14 @@
 #include "../core/error.hpp"
 #include "../core/ops.hpp"
 #include "../core/types.hpp"
+#include "kernel.cuh"
 
 namespace braid::cuda_detail {
 
 using u64 = unsigned long long;
 
-// Written by a kernel that gives up; read by the host after the stream completes. Lives in
-// host-mapped (zero-copy) memory shared by every rank of the group.
+// The first error of a group, written once. Lives in host-mapped (zero-copy) memory shared by every
+// rank of the group.
 struct device_error {
   unsigned int code;  // 0 none, else braid::errc
   int rank;           // who gave up
@@ -31,60 +31,57 @@ struct device_error {
   u64 waited_ns;
 };
 
+// `claim` says who writes `first`: 0 nobody yet, 1 being written, 2 written (stored with release
+// after `first`, so whoever acquires 2 reads a whole record). `flag` makes every kernel of the group
+// return at its next check; it is raised only by whoever claimed the record, after finishing it,
+// or by anyone who found it claimed already.
 struct device_abort {
-  unsigned int flag;  // non-zero: every kernel of the group returns at its next check
-  unsigned int claim; // the first to claim it writes `first`, then sets flag (release)
+  unsigned int flag;
+  unsigned int claim;
   device_error first;
 };
+inline constexpr unsigned abort_claim_writing = 1, abort_claim_written = 2;
 
-__device__ inline u64 globaltimer() {
-  u64 t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
+using sys_u64 = gpu::atomic_ref<u64, gpu::scope::system>;
+using sys_u32 = gpu::atomic_ref<unsigned, gpu::scope::system>;
 
-__device__ inline u64 load_acquire(const u64* p) {
-  ::cuda::atomic_ref<u64, ::cuda::thread_scope_system> r(*const_cast<u64*>(p));
-  return r.load(::cuda::memory_order_acquire);
-}
+BRAID_DEVICE u64 load_acquire(const u64* p) { return sys_u64(*const_cast<u64*>(p)).load(gpu::memory_order::acquire); }
 // Raises *p to v (never lowers it), with release at system scope.
-__device__ inline void post_max_release(u64* p, u64 v) {
-  ::cuda::atomic_ref<u64, ::cuda::thread_scope_system> r(*p);
-  r.fetch_max(v, ::cuda::memory_order_release);
+BRAID_DEVICE void post_max_release(u64* p, u64 v) { sys_u64(*p).fetch_max(v, gpu::memory_order::release); }
+
+// Records `e` as the group's first error if nobody has, then raises the abort flag.
+BRAID_DEVICE void record_failure(device_abort* ab, const device_error& e) {
+  unsigned expected = 0;
+  if (sys_u32(ab->claim).compare_exchange_strong(expected, abort_claim_writing, gpu::memory_order::acquire)) {
+    ab->first = e;
+    sys_u32(ab->claim).store(abort_claim_written, gpu::memory_order::release);
+  }
+  sys_u32(ab->flag).exchange(1u, gpu::memory_order::release);
 }
 
 // Bounded spin by one thread: waits until *word >= target, or the group is aborted, or timeout_ns
 // passes (then records a timeout and raises the abort flag). Returns false if the kernel must stop.
-__device__ inline bool wait_ge(const u64* word, u64 target, device_abort* ab, u64 timeout_ns, int rank, int peer,
-                               int step) {
+BRAID_DEVICE bool wait_ge(const u64* word, u64 target, device_abort* ab, u64 timeout_ns, int rank, int peer, int step) {
   if (load_acquire(word) >= target) return true;
-  const u64 start = globaltimer();
+  const u64 start = gpu::clock_ns();
   for (unsigned i = 1;; ++i) {
     if (load_acquire(word) >= target) return true;
     if ((i & 63) == 0) {
-      if (*reinterpret_cast<volatile unsigned*>(&ab->flag)) return false;
-      const u64 now = globaltimer();
+      if (sys_u32(ab->flag).load(gpu::memory_order::relaxed)) return false;
+      const u64 now = gpu::clock_ns();
       if (now - start > timeout_ns) {
-        if (atomicCAS_system(&ab->claim, 0u, 1u) == 0u) {
-          ab->first.code = static_cast<unsigned>(errc::timeout);
-          ab->first.rank = rank;
-          ab->first.peer = peer;
-          ab->first.step = step;
-          ab->first.waited_ns = now - start;
-          __threadfence_system();
-        }
-        atomicExch_system(&ab->flag, 1u);
+        record_failure(ab, device_error{static_cast<unsigned>(errc::timeout), rank, peer, step, now - start});
         return false;
       }
     }
-    __nanosleep(128);
+    gpu::sleep_ns(128);
   }
 }
 
 // dst[i] (and dst2[i]) = reduction of src[0..ns)[i] in that order, over [begin, end) with a
 // grid-stride loop; 16-byte vector accesses when every pointer allows them.
 template <class T, class Op>
-__device__ inline void reduce_copy(const T* const* src, int ns, T* dst, T* dst2, std::uint64_t count, const Op& op,
+BRAID_DEVICE void reduce_copy(const T* const* src, int ns, T* dst, T* dst2, std::uint64_t count, const Op& op,
                                    bool final, int nranks, std::uint64_t tid, std::uint64_t nthreads) {
   using A = accumulator_t<T, Op>;
   bool copy = ns == 1;

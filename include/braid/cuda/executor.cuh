@@ -9,12 +9,11 @@
 // flag returns early and leaves the error for the host (communicator::check()).
 #pragma once
 
-#include <cuda_runtime.h>
-
 #include <cstdint>
 
 #include "../schedule/schedule.hpp"
 #include "device.cuh"
+#include "kernel.cuh"
 
 namespace braid::cuda_detail {
 
@@ -48,39 +47,39 @@ struct launch_args {
 // Block arrival on slot `s` of round parity `h`; the last of gridDim.x blocks posts `word`.
 // The counter's acq_rel add orders the other blocks' data writes (made visible by their fences)
 // before the post; progress only ever grows (fetch_max).
-__device__ inline bool arrive(u64* counter) {
-  __syncthreads();
+BRAID_DEVICE bool arrive(u64* counter) {
+  gpu::sync_block();
   bool last = false;
-  if (threadIdx.x == 0) {
-    __threadfence_system();
-    ::cuda::atomic_ref<u64, ::cuda::thread_scope_device> c(*counter);
-    const u64 old = c.fetch_add(1, ::cuda::memory_order_acq_rel);
-    last = old % gridDim.x == gridDim.x - 1;
+  if (gpu::thread_index() == 0) {
+    gpu::fence_system();
+    const u64 old = gpu::atomic_ref<u64, gpu::scope::device>(*counter).fetch_add(1, gpu::memory_order::acq_rel);
+    last = old % gpu::grid_size() == gpu::grid_size() - 1;
   }
   return last;
 }
-__device__ inline void arrive_and_post(const launch_args& a, std::uint64_t h, int s, u64 word) {
+BRAID_DEVICE void arrive_and_post(const launch_args& a, std::uint64_t h, int s, u64 word) {
   const device_rank& me = a.ranks[a.rank];
   if (arrive(me.arrivals + h * (max_steps + 2) + s)) post_max_release(me.progress, word);
 }
 
 template <class S, class T, class Op>
-__global__ void collective_kernel(launch_args a, Op op) {
+BRAID_KERNEL void collective_kernel(launch_args a, Op op) {
   using schedule::chunk_span;
-  __shared__ u64 round0;
-  __shared__ int stop;
+  BRAID_SHARED u64 round0;
+  BRAID_SHARED int stop;
   const int n = a.nranks, r = a.rank;
   const device_rank* ranks = a.ranks;
-  if (threadIdx.x == 0) {
-    round0 = *reinterpret_cast<volatile u64*>(ranks[r].round);
+  const unsigned thread = gpu::thread_index(), block = gpu::block_index();
+  if (thread == 0) {
+    round0 = *ranks[r].round; // written by this rank's previous kernel, which ended before this one began
     stop = 0;
   }
-  __syncthreads();
+  gpu::sync_block();
   const std::uint64_t unit = schedule::chunk_unit<T>();
   const int nph = S::nphases(a.coll, n);
   const schedule::chunk_map<T> map(a.coll, n, r, a.root, a.count, a.per_round);
-  const std::uint64_t tid = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const std::uint64_t nthreads = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  const std::uint64_t tid = static_cast<std::uint64_t>(block) * gpu::block_size() + thread;
+  const std::uint64_t nthreads = static_cast<std::uint64_t>(gpu::grid_size()) * gpu::block_size();
   const T* in = static_cast<const T*>(a.in);
   T* out = static_cast<T*>(a.out);
   auto slot = [&](int q, std::uint64_t h, int region, std::uint32_t c, const chunk_span& s) -> T* {
@@ -88,7 +87,7 @@ __global__ void collective_kernel(launch_args a, Op op) {
   };
   auto wait = [&](int q, u64 target, int step) {
     // one thread waits; the block follows
-    if (threadIdx.x == 0 && !stop && !wait_ge(ranks[q].progress, target, a.abort, a.timeout_ns, r, q, step)) stop = 1;
+    if (thread == 0 && !stop && !wait_ge(ranks[q].progress, target, a.abort, a.timeout_ns, r, q, step)) stop = 1;
   };
 
   std::uint64_t R = round0;
@@ -106,12 +105,12 @@ __global__ void collective_kernel(launch_args a, Op op) {
     if (R >= 3)
       for (int q = 0; q < n; ++q)
         if (q != r) wait(q, (R - 1) << 24, -1);
-    __syncthreads();
+    gpu::sync_block();
     if (stop) return;
     if (a.in_desc) {
-      if (blockIdx.x == 0 && threadIdx.x == 0) ranks[r].in_desc[h] = a.in_desc;
+      if (block == 0 && thread == 0) ranks[r].in_desc[h] = a.in_desc;
     } else {
-      if (blockIdx.x == 0 && threadIdx.x == 0) ranks[r].in_desc[h] = 0;
+      if (block == 0 && thread == 0) ranks[r].in_desc[h] = 0;
       for (std::uint32_t c = 0; c < P; ++c) {
         if (!map.stages(c, S::in_published(sa, c))) continue;
         const chunk_span s = schedule::chunk_at(a.coll, len, P, c, unit);
@@ -130,7 +129,7 @@ __global__ void collective_kernel(launch_args a, Op op) {
         if (s.rank != r || s.reg == schedule::region::win)
           wait(s.rank, (R << 24) | static_cast<u64>(s.ready + 2), j);
       }
-      __syncthreads();
+      gpu::sync_block();
       if (stop) return;
       for (std::uint32_t c = st.lo; c < st.hi; ++c) {
         const chunk_span sp = schedule::chunk_at(a.coll, len, P, c, unit);
@@ -143,7 +142,7 @@ __global__ void collective_kernel(launch_args a, Op op) {
           } else if (s.rank == r) {
             srcs[i] = in + map.in_off(c, sp, base);
           } else {
-            const u64 d = *reinterpret_cast<volatile u64*>(ranks[s.rank].in_desc + h);
+            const u64 d = ranks[s.rank].in_desc[h]; // written before s.rank posted step 0 of round R
             srcs[i] = d ? reinterpret_cast<const T*>(d) + map.in_off(c, sp, base) : slot(s.rank, h, 0, c, sp);
           }
         }
@@ -161,7 +160,7 @@ __global__ void collective_kernel(launch_args a, Op op) {
       if (q != r) wait(q, (R + 1) << 24, -2);
   // The last block to leave advances the round counter for the next kernel on this stream (stream
   // order makes it visible before that kernel starts; every block read it before arriving here).
-  if (arrive(ranks[r].arrivals + 2 * (max_steps + 2)) && threadIdx.x == 0) *ranks[r].round = round0 + a.rounds;
+  if (arrive(ranks[r].arrivals + 2 * (max_steps + 2)) && thread == 0) *ranks[r].round = round0 + a.rounds;
 }
 
 } // namespace braid::cuda_detail

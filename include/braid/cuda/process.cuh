@@ -43,7 +43,7 @@
 // Not verified on a GPU yet: this file compiles in CI; the GPU tests skip where no device exists.
 #pragma once
 
-#include <cuda_runtime.h>
+#include "runtime.cuh"
 
 #include <algorithm>
 #include <atomic>
@@ -69,6 +69,7 @@
 #include "check.cuh"
 #include "collectives.cuh"
 #include "device.cuh"
+#include "kernel.cuh"
 #include "process_layout.hpp"
 
 namespace braid::cuda {
@@ -267,9 +268,9 @@ template <class T> struct sources {
 };
 
 template <class T, class Op>
-__global__ void reduce_kernel(sources<T> s, int ns, T* dst, T* dst2, u64 count, Op op, bool final, int nranks) {
-  const u64 tid = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const u64 nthreads = static_cast<u64>(gridDim.x) * blockDim.x;
+BRAID_KERNEL void reduce_kernel(sources<T> s, int ns, T* dst, T* dst2, u64 count, Op op, bool final, int nranks) {
+  const u64 tid = static_cast<u64>(gpu::block_index()) * gpu::block_size() + gpu::thread_index();
+  const u64 nthreads = static_cast<u64>(gpu::grid_size()) * gpu::block_size();
   cuda_detail::reduce_copy<T>(s.p, ns, dst, dst2, count, op, final, nranks, tid, nthreads);
 }
 
@@ -713,8 +714,8 @@ private:
           }
           const int blocks = static_cast<int>(std::min<u64>(static_cast<u64>(s.opts.reduce_blocks),
                                                              (m + static_cast<u64>(s.opts.threads) - 1) / static_cast<u64>(s.opts.threads)));
-          ipc_detail::reduce_kernel<T, Op><<<blocks, s.opts.threads, 0, stream>>>(src, n, dst, dst2, m, op, true, n);
-          BRAID_CUDA_CHECK(cudaGetLastError());
+          BRAID_CUDA_CHECK(gpu::launch(&ipc_detail::reduce_kernel<T, Op>, static_cast<unsigned>(blocks),
+                                       static_cast<unsigned>(s.opts.threads), 0, stream, src, n, dst, dst2, m, op, true, n));
         } else {
           raise(errc::internal, "reduction requested for an operator that does not reduce", ctx);
         }

@@ -1,0 +1,183 @@
+// braid/cuda/kernel.cuh — the vocabulary braid's kernels are written in, defined once for each
+// executor: the GPU (nvcc) and the emulated device (a host compiler with BRAID_CUDA_EMULATOR).
+// Kernels use only this, so one kernel text serves both:
+//
+//   BRAID_KERNEL void k(args...)      a kernel (__global__ on the GPU)
+//   BRAID_DEVICE T f(...)             a device function (braid/core/config.hpp)
+//   BRAID_SHARED T x;                 a block-shared variable, at block scope in a kernel
+//   gpu::thread_index(), block_index(), block_size(), grid_size()     x coordinates (1-D launches)
+//   gpu::sync_block()                 __syncthreads
+//   gpu::atomic_ref<T, gpu::scope::device / system>   load, store, fetch_add, fetch_max, exchange,
+//                                     compare_exchange_strong, with gpu::memory_order
+//   gpu::fence_system()               __threadfence_system (see below for the emulator)
+//   gpu::clock_ns()                   %globaltimer (ns)
+//   gpu::sleep_ns(ns)                 __nanosleep; on the emulator a yield point
+//   gpu::launch(kernel, grid, block, shared_bytes, stream, args...)   instead of <<<...>>>; returns
+//                                     the launch's cudaError_t (what cudaGetLastError would say)
+//
+// Memory ordering on the emulator: atomic_ref is std::atomic_ref with the same orders (scopes are
+// all system scope on a CPU), so the cross-rank protocol is a C++ memory-model program there. fence_system
+// is std::atomic_thread_fence(seq_cst), except under ThreadSanitizer, which does not model fences:
+// there it is nothing, and a protocol that needs it is reported (so the protocol must not rely on
+// fences for what ThreadSanitizer checks; release/acquire atomics carry braid's ordering).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "../core/config.hpp"
+#include "runtime.cuh"
+
+#if defined(__CUDACC__)
+#include <cuda/atomic>
+#elif defined(BRAID_CUDA_EMULATOR)
+#include <atomic>
+
+#include "../emu/kernel.hpp"
+#include "../emu/runtime.hpp"
+#else
+#error "braid's CUDA kernels compile with nvcc, or with a host compiler and BRAID_CUDA_EMULATOR (CMake: link braid::emu)"
+#endif
+
+namespace braid::gpu {
+
+enum class scope { device, system };
+enum class memory_order { relaxed, acquire, release, acq_rel, seq_cst };
+
+#if defined(__CUDACC__)
+
+#define BRAID_KERNEL __global__
+#define BRAID_SHARED __shared__
+
+BRAID_DEVICE unsigned thread_index() { return threadIdx.x; }
+BRAID_DEVICE unsigned block_index() { return blockIdx.x; }
+BRAID_DEVICE unsigned block_size() { return blockDim.x; }
+BRAID_DEVICE unsigned grid_size() { return gridDim.x; }
+BRAID_DEVICE void sync_block() { __syncthreads(); }
+BRAID_DEVICE void fence_system() { __threadfence_system(); }
+BRAID_DEVICE std::uint64_t clock_ns() {
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+BRAID_DEVICE void sleep_ns(unsigned ns) { __nanosleep(ns); }
+
+namespace detail {
+template <scope S> struct cuda_scope;
+template <> struct cuda_scope<scope::device> { static constexpr ::cuda::thread_scope value = ::cuda::thread_scope_device; };
+template <> struct cuda_scope<scope::system> { static constexpr ::cuda::thread_scope value = ::cuda::thread_scope_system; };
+BRAID_HD constexpr ::cuda::std::memory_order order(memory_order o) {
+  switch (o) {
+  case memory_order::relaxed: return ::cuda::std::memory_order_relaxed;
+  case memory_order::acquire: return ::cuda::std::memory_order_acquire;
+  case memory_order::release: return ::cuda::std::memory_order_release;
+  case memory_order::acq_rel: return ::cuda::std::memory_order_acq_rel;
+  case memory_order::seq_cst: break;
+  }
+  return ::cuda::std::memory_order_seq_cst;
+}
+} // namespace detail
+
+template <class T, scope S> class atomic_ref {
+public:
+  BRAID_DEVICE explicit atomic_ref(T& x) : r_(x) {}
+  BRAID_DEVICE T load(memory_order o) const { return r_.load(detail::order(o)); }
+  BRAID_DEVICE void store(T v, memory_order o) const { r_.store(v, detail::order(o)); }
+  BRAID_DEVICE T fetch_add(T v, memory_order o) const { return r_.fetch_add(v, detail::order(o)); }
+  BRAID_DEVICE T fetch_max(T v, memory_order o) const { return r_.fetch_max(v, detail::order(o)); }
+  BRAID_DEVICE T exchange(T v, memory_order o) const { return r_.exchange(v, detail::order(o)); }
+  BRAID_DEVICE bool compare_exchange_strong(T& expected, T desired, memory_order o) const {
+    return r_.compare_exchange_strong(expected, desired, detail::order(o));
+  }
+
+private:
+  ::cuda::atomic_ref<T, detail::cuda_scope<S>::value> r_;
+};
+
+// <<<grid, block, shared_bytes, stream>>> with the arguments converted to the kernel's parameters.
+template <class... P, class... A>
+cudaError_t launch(void (*kernel)(P...), unsigned grid, unsigned block, std::size_t shared_bytes, cudaStream_t stream,
+                   A&&... args) {
+  static_assert(sizeof...(P) == sizeof...(A), "braid::gpu::launch: the arguments do not match the kernel's parameters");
+  kernel<<<grid, block, shared_bytes, stream>>>(std::forward<A>(args)...);
+  return cudaGetLastError();
+}
+
+inline const char* device_kind() { return "CUDA GPU"; }
+
+#else // the emulated device
+
+#define BRAID_KERNEL
+#define BRAID_SHARED static thread_local // one OS thread runs one block at a time: per-block storage
+
+inline unsigned thread_index() { return emu::thread_index(); }
+inline unsigned block_index() { return emu::block_index(); }
+inline unsigned block_size() { return emu::block_size(); }
+inline unsigned grid_size() { return emu::grid_size(); }
+inline void sync_block() { emu::sync_block(); }
+inline void fence_system() {
+#if !BRAID_EMU_TSAN
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
+}
+inline std::uint64_t clock_ns() { return emu::clock_ns(); }
+inline void sleep_ns(unsigned) { emu::yield_thread(); }
+
+namespace detail {
+constexpr std::memory_order order(memory_order o) {
+  switch (o) {
+  case memory_order::relaxed: return std::memory_order_relaxed;
+  case memory_order::acquire: return std::memory_order_acquire;
+  case memory_order::release: return std::memory_order_release;
+  case memory_order::acq_rel: return std::memory_order_acq_rel;
+  case memory_order::seq_cst: break;
+  }
+  return std::memory_order_seq_cst;
+}
+// The order of a failed compare-exchange: no stronger than the success order allows.
+constexpr std::memory_order failure_order(memory_order o) {
+  return o == memory_order::acq_rel || o == memory_order::acquire ? std::memory_order_acquire
+         : o == memory_order::seq_cst                            ? std::memory_order_seq_cst
+                                                                 : std::memory_order_relaxed;
+}
+} // namespace detail
+
+template <class T, scope S> class atomic_ref {
+public:
+  explicit atomic_ref(T& x) : r_(x) {}
+  T load(memory_order o) const {
+    emu::poll();
+    return r_.load(detail::order(o) == std::memory_order_release ? std::memory_order_relaxed : detail::order(o));
+  }
+  void store(T v, memory_order o) const { r_.store(v, detail::order(o)); }
+  T fetch_add(T v, memory_order o) const { return r_.fetch_add(v, detail::order(o)); }
+  // Always a read-modify-write (as atom.max is): it takes part in release sequences even when the
+  // value does not change.
+  T fetch_max(T v, memory_order o) const {
+    T old = r_.load(std::memory_order_relaxed);
+    while (!r_.compare_exchange_weak(old, old < v ? v : old, detail::order(o), detail::failure_order(o))) {
+    }
+    return old;
+  }
+  T exchange(T v, memory_order o) const { return r_.exchange(v, detail::order(o)); }
+  bool compare_exchange_strong(T& expected, T desired, memory_order o) const {
+    return r_.compare_exchange_strong(expected, desired, detail::order(o), detail::failure_order(o));
+  }
+
+private:
+  std::atomic_ref<T> r_;
+};
+
+template <class... P, class... A>
+cudaError_t launch(void (*kernel)(P...), unsigned grid, unsigned block, std::size_t shared_bytes, cudaStream_t stream,
+                   A&&... args) {
+  return emu::launch(kernel, grid, block, shared_bytes, stream, std::forward<A>(args)...);
+}
+
+inline const char* device_kind() { return emu::device_kind(); }
+
+#endif
+
+} // namespace braid::gpu
