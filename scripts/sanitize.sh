@@ -19,6 +19,16 @@ tests=(test_core test_bad_args test_p2p test_failures test_bootstrap test_custom
 # TSan looks for races between threads: the single-threaded tests (number formats, argument checks
 # that raise before any rank waits) give it nothing to find and cost the longest builds; ASan runs them.
 if [ "$kind" = tsan ]; then tests=(test_p2p test_failures test_bootstrap test_custom_types test_hygiene test_mismatch); fi
+# The emulated CUDA device under ThreadSanitizer (docs/reliability.md): braid's one-process device
+# protocol as a C++ memory-model program (test_gpu_emu_protocol), a build with the progress post
+# weakened to relaxed that must be reported (test_gpu_emu_mutant_detected), and the emulator's own
+# tests. BRAID_SANITIZE_EMU=0 leaves them out. CTest names differ from target names here.
+emu_targets=()
+emu_ctest=()
+if [ "$kind" = tsan ] && [ "${BRAID_SANITIZE_EMU:-1}" = 1 ]; then
+  emu_targets=(test_gpu_emu test_gpu_emu_mutant test_emu)
+  emu_ctest=(test_gpu_emu_protocol test_gpu_emu_mutant_detected test_emu test_emu_processes test_emu_launch_blocking)
+fi
 # The reference sweep (BRAID_SWEEP=quick) passes under both sanitizers but its build alone takes
 # minutes with sanitizer instrumentation: opt in with BRAID_SANITIZE_SWEEP=1 (CI leaves it out).
 if [ "${BRAID_SANITIZE_SWEEP:-0}" = 1 ] &&
@@ -33,11 +43,11 @@ present=()
 for t in "${tests[@]}"; do
   if grep -q "^build $t:" "$build/build.ninja" 2>/dev/null || grep -q "build tests/$t:" "$build/build.ninja"; then present+=("$t"); fi
 done
-cmake --build "$build" -j "$(nproc)" --target "${present[@]}"
+cmake --build "$build" -j "$(nproc)" --target "${present[@]}" "${emu_targets[@]}"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp}
-regex="^($(IFS='|'; echo "${present[*]}" | sed 's/test_reference_sweep/test_reference_sweep_threads|test_reference_sweep_processes/'))\$"
+regex="^($(IFS='|'; echo "${present[*]} ${emu_ctest[*]}" | sed 's/test_reference_sweep/test_reference_sweep_threads|test_reference_sweep_processes/; s/ \{1,\}/|/g; s/|$//'))\$"
 cd "$build"
 # TSan from g++ 12 cannot map its shadow memory under kernels with 32 bits of mmap randomisation
 # ("unexpected memory mapping"): run it without address-space randomisation.

@@ -22,6 +22,7 @@
 // Environment (bench/gpu-check.sh uses the first two under compute-sanitizer, which is slow):
 //   BRAID_GPU_SWEEP_LARGE   the large count (default 1000003)
 //   BRAID_GPU_SWEEP_NRANKS  rank counts of the sweeps, e.g. "2,4" (default "1,2,4,8")
+//   BRAID_GPU_SWEEP_THREADS threads per block of the test groups (default: group_options' 512)
 //   BRAID_TIMEOUT           per-wait deadline of the sweep groups (default here: 60 s)
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
@@ -86,6 +87,14 @@ std::vector<int> sweep_nranks() {
   return out;
 }
 
+// Threads per block of the test groups: BRAID_GPU_SWEEP_THREADS, else (0) group_options' default.
+// The shape sweep sets its own.
+int sweep_threads() {
+  const char* s = std::getenv("BRAID_GPU_SWEEP_THREADS");
+  const int v = s && *s ? std::atoi(s) : 0;
+  return v >= 1 && v <= 1024 ? v : 0;
+}
+
 // The sweeps' per-wait deadline: BRAID_TIMEOUT when set (0 here means "options::from_env()"), else a
 // minute, so that a broken schedule fails the test instead of hanging it for 300 s per wait.
 std::chrono::nanoseconds sweep_timeout() {
@@ -110,7 +119,7 @@ struct rig {
       std::vector<int> devs = {}, int threads_per_block = 0, int max_blocks_per_rank = 0)
       : n(nranks), bytes(buffer_bytes), timeout(t), staging(staging_bytes),
         devices(devs.empty() ? std::vector<int>(static_cast<std::size_t>(nranks), 0) : std::move(devs)),
-        threads(threads_per_block), max_blocks(max_blocks_per_rank), in(static_cast<std::size_t>(nranks)),
+        threads(threads_per_block ? threads_per_block : sweep_threads()), max_blocks(max_blocks_per_rank), in(static_cast<std::size_t>(nranks)),
         out(static_cast<std::size_t>(nranks)), img(static_cast<std::size_t>(nranks)) {
     renew();
     for (int r = 0; r < n; ++r) {
@@ -503,7 +512,7 @@ TEST_CASE("gpu graph: one captured all_reduce per rank, replayed with new inputs
   for (const variant v : {variant{7, true}, variant{large, false}}) {
     CAPTURE(v.count);
     CAPTURE(v.in_place);
-    auto g = gt::make_group(std::vector<int>(n, 0), sweep_timeout());
+    auto g = gt::make_group(std::vector<int>(n, 0), sweep_timeout(), 0, sweep_threads());
     float_buffers b(n, v.count);
     std::vector<cudaGraph_t> graphs(n, nullptr);
     std::vector<cudaGraphExec_t> execs(n, nullptr);
@@ -544,7 +553,7 @@ TEST_CASE("gpu stalled rank: the waiting kernel times out, check() names the pee
   for (int n : {2, 4}) {
     CAPTURE(n);
     const std::size_t count = 1000;
-    auto g = gt::make_group(std::vector<int>(static_cast<std::size_t>(n), 0), 200ms);
+    auto g = gt::make_group(std::vector<int>(static_cast<std::size_t>(n), 0), 200ms, 0, sweep_threads());
     float_buffers b(n, count);
     upload_inputs(b, 0, false);
     // Only rank 0 calls: its kernel waits for peers that never come.
@@ -573,7 +582,7 @@ TEST_CASE("gpu stalled rank: the waiting kernel times out, check() names the pee
                     braid::timeout_error);
     CHECK(cudaStreamQuery(stream_of(*g, n - 1)) == cudaSuccess);
     g.reset();
-    auto fresh = gt::make_group(std::vector<int>(static_cast<std::size_t>(n), 0), sweep_timeout());
+    auto fresh = gt::make_group(std::vector<int>(static_cast<std::size_t>(n), 0), sweep_timeout(), 0, sweep_threads());
     expect_working_all_reduce(*fresh, count);
   }
 }
@@ -583,7 +592,7 @@ TEST_CASE("gpu bad arguments: raised before anything is launched, the group stay
   const std::size_t K = 5;
   // A short deadline: if a bad call did launch rank 0's kernel, it would give up (and poison the
   // group, which the final all_reduce would show) instead of hanging.
-  auto g = gt::make_group(std::vector<int>(n, 0), 2s);
+  auto g = gt::make_group(std::vector<int>(n, 0), 2s, 0, sweep_threads());
   float_buffers b(n, 64);
   for (int r = 0; r < n; ++r) GPU_OK(cudaMemset(b.out[static_cast<std::size_t>(r)], 0xA5, 64 * sizeof(float)));
   float* in = b.in[0];

@@ -368,8 +368,10 @@ TEST_CASE("a grid larger than the device holds, whose blocks wait for each other
   // at once. The occupancy query says how many fit.
   cudaDeviceProp p{};
   EMU_OK(cudaGetDeviceProperties(&p, 0));
+  // 16-thread blocks: fits x 16 emulated threads stays within what ThreadSanitizer can track.
+  const unsigned threads = 16;
   int per_sm = 0;
-  EMU_OK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, &grid_barrier, 256, 0));
+  EMU_OK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, &grid_barrier, threads, 0));
   REQUIRE(per_sm > 0);
   const unsigned fits = static_cast<unsigned>(per_sm * p.multiProcessorCount);
   for (const unsigned grid : {fits, fits + 1}) {
@@ -377,7 +379,10 @@ TEST_CASE("a grid larger than the device holds, whose blocks wait for each other
     abort_block ab;
     auto* counter = device_alloc<u64>(2);
     const auto t0 = std::chrono::steady_clock::now();
-    EMU_OK(gpu::launch(&grid_barrier, grid, 256u, 0, nullptr, counter, ab.ab, second, counter + 1));
+    // When every block fits, the barrier completes as soon as all have started (a generous deadline
+    // for a slow machine); when one does not fit, the others must give up at the deadline.
+    const u64 deadline = grid == fits ? 60 * second : second;
+    EMU_OK(gpu::launch(&grid_barrier, grid, threads, 0, nullptr, counter, ab.ab, deadline, counter + 1));
     EMU_OK(cudaDeviceSynchronize());
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const u64 passed = read_u64(counter + 1);
@@ -407,7 +412,7 @@ TEST_CASE("CUDA_LAUNCH_BLOCKING=1 serialises launches: a kernel waiting for a la
   const double launch_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EMU_OK(gpu::launch(&post_kernel, 1u, 32u, 0, s2, word, u64{1}));
   EMU_OK(cudaDeviceSynchronize());
-  MESSAGE(std::string("CUDA_LAUNCH_BLOCKING=") + (blocking ? "1" : "unset") << ": the first launch returned after " << launch_s << " s");
+  MESSAGE(std::string(blocking ? "CUDA_LAUNCH_BLOCKING=1" : "CUDA_LAUNCH_BLOCKING unset") << ": the first launch returned after " << launch_s << " s");
   if (blocking) {
     CHECK(launch_s >= 0.5);
     CHECK(ab.timed_out());

@@ -46,8 +46,16 @@ using sys_u64 = gpu::atomic_ref<u64, gpu::scope::system>;
 using sys_u32 = gpu::atomic_ref<unsigned, gpu::scope::system>;
 
 BRAID_DEVICE u64 load_acquire(const u64* p) { return sys_u64(*const_cast<u64*>(p)).load(gpu::memory_order::acquire); }
+
+// The order of the progress post: release. Only the mutation test (tests/cuda/CMakeLists.txt,
+// test_gpu_emu_mutant under ThreadSanitizer) defines this, to relaxed, and expects to be caught.
+#ifndef BRAID_TEST_PROGRESS_POST_ORDER
+#define BRAID_TEST_PROGRESS_POST_ORDER release
+#endif
 // Raises *p to v (never lowers it), with release at system scope.
-BRAID_DEVICE void post_max_release(u64* p, u64 v) { sys_u64(*p).fetch_max(v, gpu::memory_order::release); }
+BRAID_DEVICE void post_max_release(u64* p, u64 v) {
+  sys_u64(*p).fetch_max(v, gpu::memory_order::BRAID_TEST_PROGRESS_POST_ORDER);
+}
 
 // Records `e` as the group's first error if nobody has, then raises the abort flag.
 BRAID_DEVICE void record_failure(device_abort* ab, const device_error& e) {

@@ -389,6 +389,13 @@ inline void worker::run_block(kernel_job& j, unsigned bid) {
     stacks_ = static_cast<char*>(m) + pg;
   }
   while (threads_.size() < n) {
+#if BRAID_EMU_TSAN
+    // ThreadSanitizer (g++ 12) stops the process past 8128 threads and fibers: say why first.
+    static std::atomic<unsigned> fibers{0};
+    if (fibers.fetch_add(1, std::memory_order_relaxed) > 7000)
+      fatal("more than 7000 emulated CUDA threads are alive, and ThreadSanitizer allows 8128 threads and fibers in all: "
+            "use smaller blocks or fewer SMs (BRAID_EMU_SMS) under ThreadSanitizer");
+#endif
     auto t = std::make_unique<cuda_thread>();
     t->w = this;
     t->tid = static_cast<unsigned>(threads_.size());
