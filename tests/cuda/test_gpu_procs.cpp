@@ -225,7 +225,7 @@ std::vector<int> sweep_nranks() {
 
 } // namespace
 
-TEST_CASE("reference sweep, processes on one GPU: copy engines, direct reads, many rounds") {
+TEST_CASE("reference sweep over processes (device 0, or spread by BRAID_GPU_PROCS_DEVICES): copy engines, direct reads, many rounds") {
   for (int n : sweep_nranks()) {
     gp::comm_options engines;
     engines.copy_engine_min_bytes = 0;
