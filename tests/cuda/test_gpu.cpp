@@ -38,6 +38,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/sweep.hpp"
@@ -584,6 +585,58 @@ TEST_CASE("gpu stalled rank: the waiting kernel times out, check() names the pee
     g.reset();
     auto fresh = gt::make_group(std::vector<int>(static_cast<std::size_t>(n), 0), sweep_timeout(), 0, sweep_threads());
     expect_working_all_reduce(*fresh, count);
+  }
+}
+
+// Run by CTest with CUDA_LAUNCH_BLOCKING=1 (test_gpu_emu_launch_blocking): every launch returns only
+// when its kernel has ended. One thread enqueuing both ranks cannot work (rank 0's kernel waits for a
+// rank 1 that is never launched): a timeout whose message names the variable. One thread per rank
+// works. Without the variable the case only says so.
+TEST_CASE("gpu CUDA_LAUNCH_BLOCKING=1: one thread per rank works, one thread for all ranks times out and says why") {
+  const char* lb = std::getenv("CUDA_LAUNCH_BLOCKING");
+  if (!(lb && lb[0] == '1')) {
+    MESSAGE("CUDA_LAUNCH_BLOCKING is not 1: nothing to check here (CTest runs this case with it set)");
+    return;
+  }
+  const int n = 2;
+  const std::size_t count = 1000;
+  {
+    auto g = gt::make_group(std::vector<int>(n, 0), sweep_timeout(), 0, sweep_threads());
+    float_buffers b(n, count);
+    upload_inputs(b, 0, false);
+    std::vector<std::thread> th;
+    std::vector<std::string> err(n);
+    for (int r = 0; r < n; ++r)
+      th.emplace_back([&, r] {
+        try {
+          gt::enqueue(*g, r, float_all_reduce(b.in[static_cast<std::size_t>(r)], b.out[static_cast<std::size_t>(r)], count));
+        } catch (const std::exception& e) {
+          err[static_cast<std::size_t>(r)] = e.what();
+        }
+      });
+    for (auto& t : th) t.join();
+    for (int r = 0; r < n; ++r) CHECK_MESSAGE(err[static_cast<std::size_t>(r)].empty(), err[static_cast<std::size_t>(r)]);
+    for (int r = 0; r < n; ++r) GPU_OK(cudaStreamSynchronize(stream_of(*g, r)));
+    for (int r = 0; r < n; ++r) CHECK_NOTHROW(gt::check(*g, r));
+    std::string first;
+    CHECK_MESSAGE(count_wrong_sums(b, 0, first) == 0, first);
+  }
+  {
+    auto g = gt::make_group(std::vector<int>(n, 0), 1s, 0, sweep_threads());
+    float_buffers b(n, count);
+    upload_inputs(b, 0, false);
+    bool raised = false;
+    try {
+      for (int r = 0; r < n; ++r)
+        gt::enqueue(*g, r, float_all_reduce(b.in[static_cast<std::size_t>(r)], b.out[static_cast<std::size_t>(r)], count));
+      for (int r = 0; r < n; ++r) GPU_OK(cudaStreamSynchronize(stream_of(*g, r)));
+      gt::check(*g, 0);
+    } catch (const braid::timeout_error& e) {
+      raised = true;
+      MESSAGE("one thread for both ranks: " << std::string(e.what()));
+      CHECK(std::string(e.what()).find("CUDA_LAUNCH_BLOCKING=1") != std::string::npos);
+    }
+    CHECK_MESSAGE(raised, "one thread enqueuing both ranks did not time out under CUDA_LAUNCH_BLOCKING=1");
   }
 }
 

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
@@ -110,10 +111,18 @@ public:
     }
     const cuda_detail::device_error first = ab->first;
     error_context c{first.rank >= 0 ? first.rank : rank_, "cuda collective", 0, first.peer};
-    if (first.code == static_cast<unsigned>(errc::timeout))
+    if (first.code == static_cast<unsigned>(errc::timeout)) {
+      // With CUDA_LAUNCH_BLOCKING=1 a launch returns only when its kernel has ended, so a thread that
+      // enqueues several ranks never launches the peers its first kernel waits for.
+      const char* lb = std::getenv("CUDA_LAUNCH_BLOCKING");
+      const std::string hint = lb && lb[0] == '1'
+                                   ? " (CUDA_LAUNCH_BLOCKING=1 is set: each launch returns only when its kernel ends, so ranks "
+                                     "enqueued by one thread cannot run together; enqueue each rank from its own thread, or unset it)"
+                                   : "";
       raise(errc::timeout, "rank " + std::to_string(first.rank) + " waited more than the timeout for rank " +
                                std::to_string(first.peer) + " at step " + std::to_string(first.step) + " on the " +
-                               gpu::device_kind(), c);
+                               gpu::device_kind() + hint, c);
+    }
     raise(errc::aborted, "the group was aborted", c);
   }
   // Makes every kernel of the group return at its next check (within microseconds).
