@@ -251,13 +251,16 @@ template <class T> BRAID_HD constexpr std::uint32_t pipeline_chunks(std::uint64_
 }
 
 // Elements per block per round so that the input region and the `nphases` window regions of one
-// staging half of `half_bytes` hold a round (each region padded to 64 bytes), rounded down to the
-// chunk unit; 0 if even one element does not fit.
+// staging half of `half_bytes` hold a round: the half is split into equal regions rounded down to 64
+// bytes (chunk_map pads each region to 64), a region holds the round's `blocks` blocks, and the round
+// is rounded down to the chunk unit; 0 if even one element does not fit. A round fills all of the half
+// but the padding (at least 90% for halves of 1 MiB and up: tests/schedule/test_per_round.cpp).
 template <class S, class T>
 BRAID_HD constexpr std::uint64_t per_round(collective coll, int nranks, std::uint64_t half_bytes) {
   const std::uint64_t regions = static_cast<std::uint64_t>(S::nphases(coll, nranks)) + 1;
   const std::uint64_t blocks = blocked(coll) ? static_cast<std::uint64_t>(nranks) : 1;
-  std::uint64_t e = half_bytes / (regions * blocks * sizeof(T) + regions * 64);
+  const std::uint64_t region = half_bytes / regions / 64 * 64;
+  std::uint64_t e = region / (blocks * sizeof(T));
   const std::uint64_t unit = chunk_unit<T>();
   if (e >= unit) e -= e % unit;
   return e;
