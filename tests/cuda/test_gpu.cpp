@@ -24,6 +24,7 @@
 //   BRAID_GPU_SWEEP_LARGE   the large count (default 1000003)
 //   BRAID_GPU_SWEEP_NRANKS  rank counts of the sweeps, e.g. "2,4" (default "1,2,4,8")
 //   BRAID_GPU_SWEEP_THREADS threads per block of the test groups (default: group_options' 512)
+//   BRAID_GPU_SWEEP_SPREAD  1: rank r on device r % (device count), else every rank on device 0
 //   BRAID_TIMEOUT           per-wait deadline of the sweep groups (default here: 60 s)
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
@@ -97,6 +98,18 @@ int sweep_threads() {
   return v >= 1 && v <= 1024 ? v : 0;
 }
 
+// Rank r's device: 0 for every rank, or, with BRAID_GPU_SWEEP_SPREAD=1, r % (number of devices).
+// (Under ThreadSanitizer on the emulated device the protocol test spreads the ranks: kernels that share
+// a device are ordered by the emulator's own bookkeeping, which would hide a race between launches.)
+std::vector<int> sweep_devices(int n) {
+  const char* s = std::getenv("BRAID_GPU_SWEEP_SPREAD");
+  int ndev = 1;
+  if (s && s[0] == '1' && cudaGetDeviceCount(&ndev) != cudaSuccess) ndev = 1;
+  std::vector<int> d(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) d[static_cast<std::size_t>(r)] = s && s[0] == '1' ? r % std::max(ndev, 1) : 0;
+  return d;
+}
+
 // The sweeps' per-wait deadline: BRAID_TIMEOUT when set (0 here means "options::from_env()"), else a
 // minute, so that a broken schedule fails the test instead of hanging it for 300 s per wait.
 std::chrono::nanoseconds sweep_timeout() {
@@ -120,7 +133,7 @@ struct rig {
   rig(int nranks, std::size_t buffer_bytes, std::chrono::nanoseconds t, std::size_t staging_bytes = 0,
       std::vector<int> devs = {}, int threads_per_block = 0, int max_blocks_per_rank = 0)
       : n(nranks), bytes(buffer_bytes), timeout(t), staging(staging_bytes),
-        devices(devs.empty() ? std::vector<int>(static_cast<std::size_t>(nranks), 0) : std::move(devs)),
+        devices(devs.empty() ? sweep_devices(nranks) : std::move(devs)),
         threads(threads_per_block ? threads_per_block : sweep_threads()), max_blocks(max_blocks_per_rank), in(static_cast<std::size_t>(nranks)),
         out(static_cast<std::size_t>(nranks)), img(static_cast<std::size_t>(nranks)) {
     renew();
@@ -318,11 +331,15 @@ struct float_buffers {
   int n;
   std::size_t count;
   std::vector<float*> in, out;
+  // Rank r's buffers on its device (sweep_devices).
   float_buffers(int nranks, std::size_t cnt) : n(nranks), count(cnt), in(static_cast<std::size_t>(nranks)), out(static_cast<std::size_t>(nranks)) {
+    const std::vector<int> devs = sweep_devices(nranks);
     for (std::size_t r = 0; r < in.size(); ++r) {
+      GPU_OK(cudaSetDevice(devs[r]));
       GPU_OK(cudaMalloc(reinterpret_cast<void**>(&in[r]), std::max<std::size_t>(count, 1) * sizeof(float)));
       GPU_OK(cudaMalloc(reinterpret_cast<void**>(&out[r]), std::max<std::size_t>(count, 1) * sizeof(float)));
     }
+    GPU_OK(cudaSetDevice(0));
   }
   float_buffers(const float_buffers&) = delete;
   float_buffers& operator=(const float_buffers&) = delete;
@@ -515,7 +532,7 @@ TEST_CASE("gpu graph: one captured all_reduce per rank, replayed with new inputs
   for (const variant v : {variant{7, true}, variant{large, false}}) {
     CAPTURE(v.count);
     CAPTURE(v.in_place);
-    auto g = gt::make_group(std::vector<int>(n, 0), sweep_timeout(), std::size_t{64} << 10, sweep_threads());
+    auto g = gt::make_group(sweep_devices(n), sweep_timeout(), std::size_t{64} << 10, sweep_threads());
     float_buffers b(n, v.count);
     std::vector<cudaGraph_t> graphs(n, nullptr);
     std::vector<cudaGraphExec_t> execs(n, nullptr);
@@ -556,7 +573,7 @@ TEST_CASE("gpu stalled rank: the waiting kernel times out, check() names the pee
   for (int n : {2, 4}) {
     CAPTURE(n);
     const std::size_t count = 1000;
-    auto g = gt::make_group(std::vector<int>(static_cast<std::size_t>(n), 0), 200ms, 0, sweep_threads());
+    auto g = gt::make_group(sweep_devices(n), 200ms, 0, sweep_threads());
     float_buffers b(n, count);
     upload_inputs(b, 0, false);
     // Only rank 0 calls: its kernel waits for peers that never come.
@@ -585,7 +602,7 @@ TEST_CASE("gpu stalled rank: the waiting kernel times out, check() names the pee
                     braid::timeout_error);
     CHECK(cudaStreamQuery(stream_of(*g, n - 1)) == cudaSuccess);
     g.reset();
-    auto fresh = gt::make_group(std::vector<int>(static_cast<std::size_t>(n), 0), sweep_timeout(), 0, sweep_threads());
+    auto fresh = gt::make_group(sweep_devices(n), sweep_timeout(), 0, sweep_threads());
     expect_working_all_reduce(*fresh, count);
   }
 }

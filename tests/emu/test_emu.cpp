@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <csignal>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -214,6 +215,50 @@ TEST_CASE("the legacy default stream orders blocking streams, not non-blocking o
   EMU_OK(cudaFree(word));
 }
 
+TEST_CASE("the legacy default stream waits for blocking streams' earlier work") {
+  abort_block ab;
+  auto* word = device_alloc<u64>(4);
+  cudaStream_t blocking = nullptr, nonblocking = nullptr;
+  EMU_OK(cudaStreamCreate(&blocking));
+  EMU_OK(cudaStreamCreateWithFlags(&nonblocking, cudaStreamNonBlocking));
+  EMU_OK(gpu::launch(&wait_kernel, 1u, 32u, 0, blocking, word, u64{1}, ab.ab, 20 * second, word + 1));
+  EMU_OK(gpu::launch(&post_kernel, 1u, 32u, 0, nullptr, word + 2, u64{5})); // legacy: after the blocking kernel
+  std::this_thread::sleep_for(50ms);
+  CHECK(cudaStreamQuery(nullptr) == cudaErrorNotReady);
+  EMU_OK(gpu::launch(&post_kernel, 1u, 32u, 0, nonblocking, word, u64{1}));
+  EMU_OK(cudaStreamSynchronize(nullptr));
+  CHECK(read_u64(word + 1) == 1);
+  CHECK(read_u64(word + 2) == 5);
+  EMU_OK(cudaStreamDestroy(blocking));
+  EMU_OK(cudaStreamDestroy(nonblocking));
+  EMU_OK(cudaFree(word));
+}
+
+TEST_CASE("a destroyed stream's work still runs, and device synchronisation waits for it") {
+  abort_block ab;
+  auto* word = device_alloc<u64>(2);
+  cudaStream_t s = nullptr, other = nullptr;
+  EMU_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  EMU_OK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  EMU_OK(gpu::launch(&wait_kernel, 1u, 32u, 0, s, word, u64{1}, ab.ab, 20 * second, word + 1));
+  EMU_OK(cudaStreamDestroy(s)); // returns at once; the kernel is still waiting
+  EMU_OK(gpu::launch(&post_kernel, 1u, 32u, 0, other, word, u64{1}));
+  EMU_OK(cudaDeviceSynchronize());
+  CHECK(read_u64(word + 1) == 1); // the destroyed stream's kernel finished before the synchronisation returned
+  EMU_OK(cudaStreamDestroy(other));
+  EMU_OK(cudaFree(word));
+}
+
+TEST_CASE("a kernel launched into another device's stream is refused") {
+  cudaStream_t s1 = nullptr;
+  EMU_OK(cudaSetDevice(1));
+  EMU_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  EMU_OK(cudaSetDevice(0));
+  CHECK(gpu::launch(&post_kernel, 1u, 32u, 0, s1, static_cast<u64*>(nullptr), u64{1}) == cudaErrorInvalidResourceHandle);
+  CHECK(cudaGetLastError() == cudaErrorInvalidResourceHandle);
+  EMU_OK(cudaStreamDestroy(s1));
+}
+
 TEST_CASE("events: record, query, synchronize, a stream waiting for another stream's event") {
   abort_block ab;
   auto* word = device_alloc<u64>(4);
@@ -288,6 +333,12 @@ TEST_CASE("stream capture: kernels and copies replay in order; synchronising cal
   EMU_OK(cudaGraphExecDestroy(x));
   EMU_OK(cudaGraphDestroy(g));
   CHECK(cudaGraphDestroy(g) == cudaErrorInvalidResourceHandle);
+  (void)cudaGetLastError();
+  // Allocating during a global capture is refused and breaks the capture.
+  EMU_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  void* tmp = nullptr;
+  CHECK(cudaMalloc(&tmp, 64) == cudaErrorStreamCaptureUnsupported);
+  CHECK(cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureInvalidated);
   (void)cudaGetLastError();
   // A synchronisation of the capturing stream itself is refused, and so is capturing the legacy stream.
   EMU_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
@@ -524,6 +575,37 @@ TEST_CASE("process: CUDA IPC between two real processes: open, reference counts,
   });
   CHECK(wait_child(importer) == 0);
   CHECK(wait_child(exporter) == 0);
+}
+
+TEST_CASE("process: memory its exporter freed faults in the process that still maps it") {
+  channel to_importer, to_exporter;
+  const int exporter = in_child([&] {
+    void* p = nullptr;
+    CHILD_CHECK(cudaMalloc(&p, 4096) == cudaSuccess, 10);
+    cudaIpcMemHandle_t h{};
+    CHILD_CHECK(cudaIpcGetMemHandle(&h, p) == cudaSuccess, 11);
+    to_importer.send(h);
+    CHILD_CHECK(to_exporter.recv<int>() == 1, 12); // the importer has it mapped
+    CHILD_CHECK(cudaFree(p) == cudaSuccess, 13);   // freed first: undefined in CUDA, a fault here
+    to_importer.send(cudaIpcMemHandle_t{});
+    return 0;
+  });
+  const int importer = in_child([&] {
+    const cudaIpcMemHandle_t h = to_importer.recv<cudaIpcMemHandle_t>();
+    void* p = nullptr;
+    CHILD_CHECK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess, 20);
+    volatile unsigned char* b = static_cast<unsigned char*>(p);
+    b[0] = 1; // fine while the exporter holds it
+    to_exporter.send(1);
+    (void)to_importer.recv<cudaIpcMemHandle_t>();
+    struct sigaction sa{};
+    sa.sa_handler = [](int) { ::_exit(42); }; // the expected fault (sanitizers would report it otherwise)
+    ::sigaction(SIGBUS, &sa, nullptr);
+    b[0] = 2; // the exporter freed it: SIGBUS
+    return 0;
+  });
+  CHECK(wait_child(exporter) == 0);
+  CHECK(wait_child(importer) == 42); // died at the access, by SIGBUS
 }
 
 TEST_CASE("process: a handle whose exporter has exited cannot be opened") {

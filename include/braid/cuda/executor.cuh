@@ -71,7 +71,9 @@ BRAID_KERNEL void collective_kernel(launch_args a, Op op) {
   const device_rank* ranks = a.ranks;
   const unsigned thread = gpu::thread_index(), block = gpu::block_index();
   if (thread == 0) {
-    round0 = *ranks[r].round; // written by this rank's previous kernel, which ended before this one began
+    // Written by this rank's previous kernel, which ended before this one began (a relaxed atomic load,
+    // as the volatile load it replaces: nothing may be cached from before the launch).
+    round0 = gpu::atomic_ref<u64, gpu::scope::device>(*ranks[r].round).load(gpu::memory_order::relaxed);
     stop = 0;
   }
   gpu::sync_block();
@@ -142,7 +144,9 @@ BRAID_KERNEL void collective_kernel(launch_args a, Op op) {
           } else if (s.rank == r) {
             srcs[i] = in + map.in_off(c, sp, base);
           } else {
-            const u64 d = ranks[s.rank].in_desc[h]; // written before s.rank posted step 0 of round R
+            // Written by s.rank before it posted step 0 of round R, which this block acquired; a relaxed
+            // system-scope load through the peer mapping (as the volatile load it replaces).
+            const u64 d = sys_u64(ranks[s.rank].in_desc[h]).load(gpu::memory_order::relaxed);
             srcs[i] = d ? reinterpret_cast<const T*>(d) + map.in_off(c, sp, base) : slot(s.rank, h, 0, c, sp);
           }
         }

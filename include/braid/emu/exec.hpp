@@ -37,6 +37,7 @@
 #include <vector>
 
 #include <cerrno>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -120,8 +121,9 @@ struct block_run {
   kernel_job* job = nullptr;
   unsigned bid = 0;
   unsigned nthreads = 0;
-  // Addresses TSan synchronises on (block barrier, block end).
-  char barrier_token = 0;
+  // Addresses TSan synchronises on: the block barrier, one per barrier parity (a thread resuming from
+  // barrier k must not acquire what a faster thread released at barrier k + 1), and the block's end.
+  char barrier_token[2] = {0, 0};
   char exit_token = 0;
 };
 
@@ -134,6 +136,7 @@ struct cuda_thread {
   block_run* run = nullptr;
   unsigned tid = 0;
   unsigned polls = 0;
+  unsigned barriers = 0; // barriers this thread has passed in the current block
   bool first = true;
   std::atomic<int> event{0}; // fiber_event, written by the fiber, read by the scheduler
 };
@@ -153,9 +156,22 @@ inline cuda_thread& current_thread(const char* what) {
 
 // ---- processes take turns on a device ---------------------------------------------------------
 
+// The sockets this process holds its devices with, so that a child forked while they are held can
+// close its copies at once (it cannot use the runtime; it must not keep the devices either).
+inline std::atomic<int> held_slice_fds[16] = {};
+inline void close_slices_in_child() {
+  for (auto& fd : held_slice_fds) {
+    const int f = fd.exchange(-1);
+    if (f > 0) ::close(f);
+  }
+}
+
 class device_slice {
 public:
-  explicit device_slice(int device) : device_(device) {}
+  explicit device_slice(int device) : device_(device) {
+    static const bool registered = [] { return ::pthread_atfork(nullptr, nullptr, &close_slices_in_child) == 0; }();
+    (void)registered;
+  }
   device_slice(const device_slice&) = delete;
   device_slice& operator=(const device_slice&) = delete;
 
@@ -168,6 +184,7 @@ public:
       const int s = acquire_os_lock();
       lk.lock();
       sock_ = s;
+      if (device_ >= 0 && device_ < 16) held_slice_fds[device_].store(s);
       held_ = true;
       acquiring_ = false;
       cv_.notify_all();
@@ -177,6 +194,7 @@ public:
   void leave() {
     std::lock_guard<std::mutex> lk(m_);
     if (--running_ == 0 && held_) {
+      if (device_ >= 0 && device_ < 16) held_slice_fds[device_].store(-1);
       ::close(sock_);
       sock_ = -1;
       held_ = false;
@@ -237,10 +255,11 @@ public:
 
   // The vocabulary's operations on the running thread (called from a fiber of this worker).
   void barrier(cuda_thread& t) {
-    hb_release(&t.run->barrier_token);
+    char* token = &t.run->barrier_token[t.barriers++ & 1];
+    hb_release(token);
     t.event.store(static_cast<int>(fiber_event::barrier), std::memory_order_relaxed);
     sched_.switch_from(t.f, false); // back to run_block; resumes here once the barrier completes
-    hb_acquire(&t.run->barrier_token);
+    hb_acquire(token);
   }
   void yield(cuda_thread& t) {
     t.event.store(static_cast<int>(fiber_event::yielded), std::memory_order_relaxed);
@@ -410,6 +429,7 @@ inline void worker::run_block(kernel_job& j, unsigned bid) {
     t.run = &run_;
     t.first = true;
     t.polls = 0;
+    t.barriers = 0;
   }
   // Threads that can run, in order; the rest wait at the barrier or have exited.
   ready_.clear();
@@ -455,6 +475,9 @@ inline void worker::run_block(kernel_job& j, unsigned bid) {
     }
   }
   hb_acquire(&run_.exit_token);
+  for (unsigned i = 0; i < n; ++i)
+    if (!threads_[i]->f.stack_zone_intact())
+      fatal("a CUDA thread overflowed its stack on the emulated device (raise BRAID_EMU_STACK_KIB, 256 by default)");
 }
 
 } // namespace braid::emu::detail

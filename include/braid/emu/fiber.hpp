@@ -117,7 +117,7 @@ public:
   void create(char* stack, std::size_t stack_bytes, entry_fn entry, void* arg) {
     stack_lo_ = stack;
     stack_bytes_ = stack_bytes;
-    std::memcpy(stack_lo_, &canary, sizeof canary);
+    for (std::size_t i = 0; i < canary_zone; i += sizeof canary) std::memcpy(stack_lo_ + i, &canary, sizeof canary);
 #if defined(__x86_64__)
     const auto top = reinterpret_cast<std::uintptr_t>(stack_lo_) + stack_bytes;
     // The frame switch_stack pops: r15, r14, r13 (entry), r12 (arg), rbx, rbp, then the return
@@ -169,11 +169,24 @@ public:
 #endif
   }
 
-  // False once the fiber has written below its stack (checked by the scheduler at every switch back).
+  // False once the fiber has written into the lowest bytes of its stack: stack_intact looks at the
+  // lowest word (cheap: the scheduler checks it at every switch back), stack_zone_intact at the whole
+  // lowest 4 KiB (at the end of every block), which catches frames that skipped the word. An overflow
+  // beyond the zone runs into the neighbouring thread's stack and may go unseen (no guard page per
+  // thread: they would exhaust the kernel's mapping limit).
   bool stack_intact() const {
     std::uint64_t v;
     std::memcpy(&v, stack_lo_, sizeof v);
     return own_thread_ || v == canary;
+  }
+  bool stack_zone_intact() const {
+    if (own_thread_) return true;
+    for (std::size_t i = 0; i < canary_zone; i += sizeof canary) {
+      std::uint64_t v;
+      std::memcpy(&v, stack_lo_ + i, sizeof v);
+      if (v != canary) return false;
+    }
+    return true;
   }
 
 #if BRAID_EMU_ASAN
@@ -185,6 +198,7 @@ public:
 
 private:
   static constexpr std::uint64_t canary = 0xB4A1D5C0FFEE5AFEull;
+  static constexpr std::size_t canary_zone = 4096;
   void* sp_ = nullptr;
   char* stack_lo_ = nullptr;
   std::size_t stack_bytes_ = 0;

@@ -5,7 +5,9 @@
 // pages: an IPC handle names the exporting process and its descriptor (the opener maps
 // /proc/<pid>/fd/<fd> after checking that it is the same allocation). Every allocation sits between
 // two inaccessible guard pages and ends at the second one (rounded up to CUDA's 256-byte alignment),
-// so a kernel or copy that runs past the end of a buffer by more than that rounding faults at once.
+// so a kernel or copy that runs past the end of a buffer by more than that rounding faults at once
+// (an underrun is caught only when it leaves the allocation's first page). Freeing exported memory
+// empties its file, so a process that still maps it faults at its next access.
 // New device memory is filled with 0xDB (CUDA does not zero it), unless BRAID_EMU_POISON=0.
 #pragma once
 
@@ -197,8 +199,9 @@ public:
     if (w.magic != ipc_magic || w.check != ipc_check(w) || w.pages < w.size || w.tail + w.size > w.pages)
       return open_result::bad_handle;
     if (w.pid == static_cast<std::int32_t>(::getpid())) return open_result::own_process;
+    // Under the table's lock throughout: two threads opening one handle get one mapping.
+    std::lock_guard<std::mutex> lk(m_);
     {
-      std::lock_guard<std::mutex> lk(m_);
       for (auto& [base, a] : by_base_)
         if (a.kind == mem_kind::imported && a.exporter_pid == w.pid && a.exporter_id == w.id) {
           if (a.opened_on != current_device) return open_result::other_device;
@@ -229,7 +232,8 @@ public:
       ::close(fd);
       return open_result::gone;
     }
-    *out = insert(a);
+    by_base_[a.base] = a;
+    *out = reinterpret_cast<void*>(a.base);
     return open_result::ok;
   }
 
@@ -266,6 +270,9 @@ private:
     return reinterpret_cast<void*>(a.base);
   }
   static void unmap(const allocation& a) {
+    // Freeing exported memory while another process still has it open is undefined in CUDA: make it
+    // visible. Emptying the file makes every other mapping of it fault (SIGBUS) at its next access.
+    if (a.kind == mem_kind::device && a.fd >= 0) (void)::ftruncate(a.fd, 0);
     if (a.map) ::munmap(a.map, a.map_len);
     if (a.fd >= 0) ::close(a.fd);
   }

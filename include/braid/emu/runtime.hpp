@@ -215,6 +215,11 @@ cudaError_t launch(void (*kernel)(P...), unsigned grid, unsigned block, std::siz
   }
   std::shared_ptr<stream_state> s;
   if (const cudaError_t e = stream_for("kernel launch", stream, s)) return fail(e);
+  if (!s->legacy && s->device != tls_device) {
+    diag("kernel launch", "the stream belongs to device " + std::to_string(s->device) + " and the current device is " +
+                              std::to_string(tls_device) + " (CUDA refuses a launch into another device's stream)");
+    return fail(cudaErrorInvalidResourceHandle);
+  }
   auto call = std::make_shared<kernel_call<P...>>(kernel_call<P...>{kernel, {std::forward<A>(args)...}});
   device_exec* dev = &rt().device(s->device);
   const void* fn = reinterpret_cast<const void*>(kernel);
@@ -448,9 +453,20 @@ inline cudaError_t cudaDeviceSynchronize() {
 
 // ---- memory -------------------------------------------------------------------------------------
 
+namespace braid::emu::detail {
+// Allocation and freeing are among the calls a stream capture prohibits (global mode from any thread,
+// thread-local mode from the capturing thread): refused, and the capture is invalidated.
+inline bool refused_by_capture(const char* call) {
+  if (!rt().prohibits_sync_here()) return false;
+  diag(call, "not permitted while a stream capture is in progress (the capture is now invalid)");
+  return true;
+}
+} // namespace braid::emu::detail
+
 inline cudaError_t cudaMalloc(void** p, std::size_t bytes) {
   using namespace braid::emu::detail;
   BRAID_EMU_ENTER();
+  if (refused_by_capture("cudaMalloc")) return fail(cudaErrorStreamCaptureUnsupported);
   if (!p) return fail(cudaErrorInvalidValue);
   *p = nullptr;
   if (bytes == 0) return cudaSuccess;
@@ -468,6 +484,7 @@ template <class T> inline cudaError_t cudaMalloc(T** p, std::size_t bytes) {
 inline cudaError_t cudaMallocManaged(void** p, std::size_t bytes, unsigned flags = cudaMemAttachGlobal) {
   using namespace braid::emu::detail;
   BRAID_EMU_ENTER();
+  if (refused_by_capture("cudaMallocManaged")) return fail(cudaErrorStreamCaptureUnsupported);
   if (!p || flags != cudaMemAttachGlobal) return fail(cudaErrorInvalidValue);
   *p = nullptr;
   if (bytes == 0) return cudaSuccess;
@@ -484,6 +501,7 @@ template <class T> inline cudaError_t cudaMallocManaged(T** p, std::size_t bytes
 inline cudaError_t cudaFree(void* p) {
   using namespace braid::emu::detail;
   BRAID_EMU_ENTER();
+  if (refused_by_capture("cudaFree")) return fail(cudaErrorStreamCaptureUnsupported);
   if (!p) return cudaSuccess;
   allocation a;
   if (!rt().memory().find(p, 0, a) || a.base != reinterpret_cast<std::uintptr_t>(p) ||
@@ -502,6 +520,7 @@ inline cudaError_t cudaFree(void* p) {
 inline cudaError_t cudaHostAlloc(void** p, std::size_t bytes, unsigned flags) {
   using namespace braid::emu::detail;
   BRAID_EMU_ENTER();
+  if (refused_by_capture("cudaHostAlloc")) return fail(cudaErrorStreamCaptureUnsupported);
   if (!p || (flags & ~(cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined))) return fail(cudaErrorInvalidValue);
   *p = nullptr;
   if (bytes == 0) return cudaSuccess;
@@ -518,6 +537,7 @@ inline cudaError_t cudaMallocHost(void** p, std::size_t bytes) { return cudaHost
 inline cudaError_t cudaFreeHost(void* p) {
   using namespace braid::emu::detail;
   BRAID_EMU_ENTER();
+  if (refused_by_capture("cudaFreeHost")) return fail(cudaErrorStreamCaptureUnsupported);
   if (!p) return cudaSuccess;
   if (!rt().memory().free_base(p, mem_kind::host)) {
     diag("cudaFreeHost", hex(p) + " is not the start of pinned host memory from cudaHostAlloc/cudaMallocHost");
@@ -629,19 +649,26 @@ inline cudaError_t cudaMemsetAsync(void* p, int value, std::size_t bytes, cudaSt
   BRAID_EMU_ENTER();
   if (bytes == 0) return cudaSuccess;
   allocation a;
-  if (!p || !rt().memory().find(p, bytes, a) || a.kind == mem_kind::host) {
-    diag("cudaMemsetAsync", hex(p) + " + " + std::to_string(bytes) + " bytes is not inside one device allocation");
+  if (!p || !rt().memory().find(p, bytes, a)) {
+    diag("cudaMemsetAsync", hex(p) + " + " + std::to_string(bytes) + " bytes is not inside one allocation of the runtime");
     return fail(cudaErrorInvalidValue);
   }
   return fail(submit("cudaMemsetAsync", stream, [p, value, bytes] { std::memset(p, value, bytes); }));
 }
 
-// Asynchronous on the legacy stream (as CUDA's cudaMemset is, for device memory).
+// On the legacy stream: asynchronous for device memory, as CUDA's cudaMemset is; synchronous for
+// pinned host and managed memory.
 inline cudaError_t cudaMemset(void* p, int value, std::size_t bytes) {
   using namespace braid::emu::detail;
   BRAID_EMU_ENTER();
   if (rt().prohibits_sync_here()) return fail(cudaErrorStreamCaptureImplicit);
-  return cudaMemsetAsync(p, value, bytes, nullptr);
+  if (const cudaError_t e = cudaMemsetAsync(p, value, bytes, nullptr)) return e;
+  allocation a;
+  if (bytes && rt().memory().find(p, bytes, a) && (a.kind == mem_kind::host || a.kind == mem_kind::managed)) {
+    auto l = rt().legacy(tls_device);
+    l->wait_for(l->last_enqueued());
+  }
+  return cudaSuccess;
 }
 
 inline cudaError_t cudaMemcpy2DAsync(void* dst, std::size_t dpitch, const void* src, std::size_t spitch, std::size_t width,

@@ -56,6 +56,7 @@ struct stream_state : std::enable_shared_from_this<stream_state> {
   std::uint64_t enqueued = 0, completed = 0;
   bool retired = false;
   capture_state* capture = nullptr; // guarded by the runtime's mutex
+  std::function<void(stream_state*)> drained; // called once a destroyed stream has run all its work
 
   void start() {
     std::thread([self = shared_from_this()] { self->loop(); }).detach();
@@ -87,7 +88,11 @@ private:
       {
         std::unique_lock<std::mutex> lk(m);
         cv.wait(lk, [&] { return !q.empty() || retired; });
-        if (q.empty()) return;
+        if (q.empty()) {
+          lk.unlock();
+          if (drained) drained(this);
+          return;
+        }
         o = std::move(q.front());
         q.pop_front();
       }
@@ -174,6 +179,16 @@ public:
     auto s = std::make_shared<stream_state>();
     s->device = device;
     s->flags = flags;
+    // A destroyed stream stays listed (device synchronisation and the legacy stream still wait for
+    // its work, as CUDA's do) until its thread has run everything it was given.
+    s->drained = [this](stream_state* done) {
+      std::lock_guard<std::mutex> lk(m_);
+      for (auto it = all_streams_.begin(); it != all_streams_.end(); ++it)
+        if (it->get() == done) {
+          all_streams_.erase(it);
+          break;
+        }
+    };
     s->start();
     std::lock_guard<std::mutex> lk(m_);
     streams_.insert(s.get());
@@ -206,12 +221,13 @@ public:
       std::lock_guard<std::mutex> lk(m_);
       auto* p = reinterpret_cast<stream_state*>(h);
       if (!streams_.erase(p)) return false;
-      for (auto it = all_streams_.begin(); it != all_streams_.end(); ++it)
-        if (it->get() == p) {
-          s = *it;
-          all_streams_.erase(it);
-          break;
-        }
+      s = p->shared_from_this();
+      if (capture_state* c = s->capture) { // a capture that can never end: drop it
+        captures_.erase(c);
+        delete c->graph;
+        delete c;
+        s->capture = nullptr;
+      }
     }
     std::lock_guard<std::mutex> lk(s->m);
     s->retired = true; // its thread finishes what is queued, then ends
@@ -219,24 +235,16 @@ public:
     return true;
   }
 
-  // The implicit dependencies of an operation enqueued now on `s` (legacy-stream semantics).
-  std::vector<dependency> implicit_deps(stream_state& s) {
+  // The implicit dependencies of an operation enqueued now on `s` (legacy-stream semantics). Called
+  // with m_ held, so that two threads enqueuing on the legacy and a blocking stream at once are
+  // ordered one way or the other (the enqueue and the push happen under m_ together).
+  std::vector<dependency> implicit_deps_locked(stream_state& s) {
     std::vector<dependency> d;
     if (s.legacy) {
-      std::vector<std::shared_ptr<stream_state>> blocking;
-      {
-        std::lock_guard<std::mutex> lk(m_);
-        for (auto& x : all_streams_)
-          if (x->device == s.device && !(x->flags & cudaStreamNonBlocking)) blocking.push_back(x);
-      }
-      for (auto& b : blocking) d.emplace_back(b, b->last_enqueued());
+      for (auto& x : all_streams_)
+        if (x->device == s.device && !(x->flags & cudaStreamNonBlocking)) d.emplace_back(x, x->last_enqueued());
     } else if (!(s.flags & cudaStreamNonBlocking)) {
-      std::shared_ptr<stream_state> l;
-      {
-        std::lock_guard<std::mutex> lk(m_);
-        l = legacy_[static_cast<std::size_t>(s.device)];
-      }
-      if (l) d.emplace_back(l, l->last_enqueued());
+      if (auto& l = legacy_[static_cast<std::size_t>(s.device)]) d.emplace_back(l, l->last_enqueued());
     }
     return d;
   }
@@ -256,9 +264,13 @@ public:
   std::uint64_t enqueue(stream_state& s, std::function<void()> run, std::vector<dependency> extra = {}) {
     op o;
     o.run = std::move(run);
-    o.deps = implicit_deps(s);
     for (auto& e : extra) o.deps.push_back(std::move(e));
-    const std::uint64_t seq = s.push(std::move(o));
+    std::uint64_t seq = 0;
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      for (auto& d : implicit_deps_locked(s)) o.deps.push_back(std::move(d));
+      seq = s.push(std::move(o));
+    }
     if (launch_blocking_) s.wait_for(seq);
     return seq;
   }
