@@ -61,6 +61,11 @@ bool instantiated(collective c, dtype t, op_kind k);
 // communicator). Argument errors are raised before anything is enqueued.
 void enqueue(group& g, int rank, const call& c);
 
+// broadcast (root n - 1) and all_gather of `count` elements of a 3-byte struct that has no operators
+// (api.md: copy collectives move any trivially copyable type), every algorithm each supports, on a
+// fresh group over `devices`, out-of-place: returns the number of wrong bytes in every rank's output.
+std::size_t copy_only_check(const std::vector<int>& devices, std::size_t count);
+
 // What the kernels of this binary run on: "CUDA GPU", or the emulated CUDA device (braid/emu).
 const char* device_kind();
 bool emulated();

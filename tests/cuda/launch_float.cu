@@ -128,6 +128,63 @@ double time_reduce_copy(dtype type, int nsrc, std::size_t bytes, int iters, int 
   }
 }
 
+namespace {
+struct rgb { // a copy-only element: no arithmetic at all
+  unsigned char c[3];
+};
+} // namespace
+
+std::size_t copy_only_check(const std::vector<int>& devices, std::size_t count) {
+  const int n = static_cast<int>(devices.size()), root = n - 1;
+  const auto un = static_cast<std::size_t>(n);
+  std::size_t wrong = 0;
+  const std::pair<collective, algo> runs[] = {
+      {collective::broadcast, algo::ring},       {collective::broadcast, algo::tree},
+      {collective::broadcast, algo::direct},     {collective::all_gather, algo::ring},
+      {collective::all_gather, algo::halving_doubling}, {collective::all_gather, algo::direct}};
+  for (const auto& [coll, a] : runs) {
+    auto g = make_group(devices, {}, std::size_t{64} << 10); // small staging: several rounds
+    const std::size_t out_n = coll == collective::all_gather ? count * un : count;
+    std::vector<rgb*> in(un), out(un);
+    for (int r = 0; r < n; ++r) {
+      const auto ur = static_cast<std::size_t>(r);
+      BRAID_CUDA_CHECK(cudaSetDevice(devices[ur]));
+      BRAID_CUDA_CHECK(cudaMalloc(&in[ur], count * sizeof(rgb)));
+      BRAID_CUDA_CHECK(cudaMalloc(&out[ur], out_n * sizeof(rgb)));
+      std::vector<rgb> h(count);
+      for (std::size_t i = 0; i < count; ++i)
+        h[i] = rgb{{static_cast<unsigned char>(r), static_cast<unsigned char>(i), static_cast<unsigned char>(i >> 8)}};
+      BRAID_CUDA_CHECK(cudaMemcpy(in[ur], h.data(), count * sizeof(rgb), cudaMemcpyHostToDevice));
+      BRAID_CUDA_CHECK(cudaMemset(out[ur], 0xEE, out_n * sizeof(rgb)));
+      BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+    }
+    for (int r = 0; r < n; ++r) {
+      const auto ur = static_cast<std::size_t>(r);
+      braid::cuda::communicator& comm = g->comms.at(ur);
+      if (coll == collective::broadcast) comm.broadcast(in[ur], out[ur], count, root, g->streams[ur], call_options{a});
+      else comm.all_gather(in[ur], out[ur], count, g->streams[ur], call_options{a});
+    }
+    for (int r = 0; r < n; ++r) {
+      const auto ur = static_cast<std::size_t>(r);
+      BRAID_CUDA_CHECK(cudaSetDevice(devices[ur]));
+      BRAID_CUDA_CHECK(cudaStreamSynchronize(g->streams[ur]));
+      g->comms.at(ur).check();
+      std::vector<rgb> h(out_n);
+      BRAID_CUDA_CHECK(cudaMemcpy(h.data(), out[ur], out_n * sizeof(rgb), cudaMemcpyDeviceToHost));
+      for (std::size_t i = 0; i < out_n; ++i) {
+        const std::size_t src = coll == collective::all_gather ? i / count : static_cast<std::size_t>(root);
+        const std::size_t e = coll == collective::all_gather ? i % count : i;
+        const rgb want{{static_cast<unsigned char>(src), static_cast<unsigned char>(e), static_cast<unsigned char>(e >> 8)}};
+        for (int b = 0; b < 3; ++b) wrong += h[i].c[b] != want.c[b];
+      }
+      cudaFree(in[ur]);
+      cudaFree(out[ur]);
+    }
+    BRAID_CUDA_CHECK(cudaSetDevice(0));
+  }
+  return wrong;
+}
+
 const char* device_kind() { return gpu::device_kind(); }
 #if defined(BRAID_CUDA_EMULATED_RUNTIME)
 bool emulated() { return true; }

@@ -518,6 +518,16 @@ TEST_CASE("gpu sweep: launch shapes and device layouts (float sum, every collect
   t.report(("launch shapes x layouts, float sum, ranks 2,3,4, count " + std::to_string(big)).c_str());
 }
 
+// api.md promises that broadcast and all_gather move any trivially copyable type. This did not even
+// compile for a type without operator+ (the staging copy named braid::sum: issue 18, item 8).
+TEST_CASE("gpu copy-only element type: broadcast and all_gather of a 3-byte struct, every algorithm") {
+  for (int n : {2, 3}) {
+    CAPTURE(n);
+    CHECK(gt::copy_only_check(sweep_devices(n), 1003) == 0);
+    CHECK(gt::copy_only_check(sweep_devices(n), std::min<std::size_t>(sweep_large(), 100003)) == 0);
+  }
+}
+
 // ---- CUDA graphs ----------------------------------------------------------------------------------
 
 TEST_CASE("gpu graph: one captured all_reduce per rank, replayed with new inputs") {

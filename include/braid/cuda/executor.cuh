@@ -117,7 +117,9 @@ BRAID_KERNEL void collective_kernel(launch_args a, Op op) {
         if (!map.stages(c, S::in_published(sa, c))) continue;
         const chunk_span s = schedule::chunk_at(a.coll, len, P, c, unit);
         const T* src[1] = {in + map.in_off(c, s, base)};
-        reduce_copy<T>(src, 1, slot(r, h, 0, c, s), static_cast<T*>(nullptr), s.count, sum<>{}, false, n, tid, nthreads);
+        // A copy: no operator is applied, so any element type (a struct without + included) compiles.
+        reduce_copy<T>(src, 1, slot(r, h, 0, c, s), static_cast<T*>(nullptr), s.count, braid::detail::copy_only{}, false, n,
+                       tid, nthreads);
       }
     }
     arrive_and_post(a, h, 0, (R << 24) | 1);
