@@ -14,7 +14,8 @@
 // synchronising the stream, or periodically). A collective is capturable in a CUDA graph: round
 // numbers live on the device, so every replay is a new round.
 //
-// Not verified on a GPU yet: this file compiles in CI; the GPU tests skip where no device exists.
+// Not verified on a GPU yet: in CI this file compiles with nvcc and runs on the emulated CUDA device
+// (braid/emu: test_gpu_emu); the nvcc build of the GPU tests runs only where a GPU is present.
 #pragma once
 
 #include "runtime.cuh"

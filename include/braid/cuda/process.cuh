@@ -40,7 +40,8 @@
 // Destruction is collective: the destructor waits (a host barrier) until no peer can still be
 // reading this rank's staging memory, unless the communicator failed.
 //
-// Not verified on a GPU yet: this file compiles in CI; the GPU tests skip where no device exists.
+// Not verified on a GPU yet: in CI this file compiles with nvcc and runs on the emulated CUDA device
+// (braid/emu: test_gpu_procs_emu, real processes); the nvcc build runs only where a GPU is present.
 #pragma once
 
 #include "runtime.cuh"
