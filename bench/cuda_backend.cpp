@@ -24,6 +24,7 @@
 #include <support/fork_ranks.hpp>
 
 #include <functional>
+#include <set>
 
 #include <braid/cuda/runtime.cuh>
 #ifdef BRAID_BENCH_NCCL
@@ -316,7 +317,7 @@ private:
       }
       // cudaMemset and a cudaMemcpy from pageable memory may return before they land, on the legacy
       // stream, and the ranks' streams are non-blocking: wait for them before any kernel reads.
-      for (int d : devices_) {
+      for (int d : std::set<int>(devices_.begin(), devices_.end())) {
         ok(cudaSetDevice(d), "cudaSetDevice");
         ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
       }

@@ -38,6 +38,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -158,9 +159,9 @@ struct rig {
     g.reset();
     g = gt::make_group(devices, timeout, staging, threads, max_blocks);
   }
-  // Synchronises every device (the uploads run on each device's legacy stream).
+  // Synchronises every device the ranks use, once each (the uploads run on legacy streams).
   void sync_uploads() {
-    for (int d : devices) {
+    for (int d : std::set<int>(devices.begin(), devices.end())) {
       GPU_OK(cudaSetDevice(d));
       GPU_OK(cudaDeviceSynchronize());
     }

@@ -106,7 +106,7 @@ struct abort_block {
   }
   ~abort_block() { cudaFreeHost(ab); }
   bool timed_out() const {
-    return __atomic_load_n(&ab->claim, __ATOMIC_ACQUIRE) == cd::abort_claim_written &&
+    return cd::abort_record_written(ab) &&
            ab->first.code == static_cast<unsigned>(braid::errc::timeout);
   }
 };
@@ -191,12 +191,27 @@ TEST_CASE("a stream runs its work in order; kernels of two streams run side by s
   EMU_OK(cudaFree(word));
 }
 
-TEST_CASE("the legacy default stream orders blocking streams, not non-blocking ones") {
+namespace {
+// A blocking and a non-blocking stream, words to wait on and post to, and an abort record.
+struct two_streams {
   abort_block ab;
-  auto* word = device_alloc<u64>(4);
+  u64* word = device_alloc<u64>(4);
   cudaStream_t blocking = nullptr, nonblocking = nullptr;
-  EMU_OK(cudaStreamCreate(&blocking));
-  EMU_OK(cudaStreamCreateWithFlags(&nonblocking, cudaStreamNonBlocking));
+  two_streams() {
+    REQUIRE_EQ(cudaStreamCreate(&blocking), cudaSuccess);
+    REQUIRE_EQ(cudaStreamCreateWithFlags(&nonblocking, cudaStreamNonBlocking), cudaSuccess);
+  }
+  ~two_streams() {
+    CHECK(cudaStreamDestroy(blocking) == cudaSuccess);
+    CHECK(cudaStreamDestroy(nonblocking) == cudaSuccess);
+    CHECK(cudaFree(word) == cudaSuccess);
+  }
+};
+} // namespace
+
+TEST_CASE("the legacy default stream orders blocking streams, not non-blocking ones") {
+  two_streams x;
+  auto& [ab, word, blocking, nonblocking] = x;
   // The legacy stream's kernel waits for word[0] >= 1 (posted by the host later).
   EMU_OK(gpu::launch(&wait_kernel, 1u, 32u, 0, nullptr, word, u64{1}, ab.ab, 20 * second, word + 1));
   EMU_OK(gpu::launch(&post_kernel, 1u, 32u, 0, blocking, word + 2, u64{5}));    // after the legacy kernel
@@ -210,17 +225,11 @@ TEST_CASE("the legacy default stream orders blocking streams, not non-blocking o
   CHECK(read_u64(word + 1) == 1);
   CHECK(read_u64(word + 2) == 5);
   CHECK(read_u64(word + 3) == 5);
-  EMU_OK(cudaStreamDestroy(blocking));
-  EMU_OK(cudaStreamDestroy(nonblocking));
-  EMU_OK(cudaFree(word));
 }
 
 TEST_CASE("the legacy default stream waits for blocking streams' earlier work") {
-  abort_block ab;
-  auto* word = device_alloc<u64>(4);
-  cudaStream_t blocking = nullptr, nonblocking = nullptr;
-  EMU_OK(cudaStreamCreate(&blocking));
-  EMU_OK(cudaStreamCreateWithFlags(&nonblocking, cudaStreamNonBlocking));
+  two_streams x;
+  auto& [ab, word, blocking, nonblocking] = x;
   EMU_OK(gpu::launch(&wait_kernel, 1u, 32u, 0, blocking, word, u64{1}, ab.ab, 20 * second, word + 1));
   EMU_OK(gpu::launch(&post_kernel, 1u, 32u, 0, nullptr, word + 2, u64{5})); // legacy: after the blocking kernel
   std::this_thread::sleep_for(50ms);
@@ -229,9 +238,6 @@ TEST_CASE("the legacy default stream waits for blocking streams' earlier work") 
   EMU_OK(cudaStreamSynchronize(nullptr));
   CHECK(read_u64(word + 1) == 1);
   CHECK(read_u64(word + 2) == 5);
-  EMU_OK(cudaStreamDestroy(blocking));
-  EMU_OK(cudaStreamDestroy(nonblocking));
-  EMU_OK(cudaFree(word));
 }
 
 TEST_CASE("a destroyed stream's work still runs, and device synchronisation waits for it") {

@@ -104,9 +104,9 @@ public:
   void check() const {
     const detail::group_state& g = live();
     auto* ab = g.abort;
-    if (!__atomic_load_n(&ab->flag, __ATOMIC_ACQUIRE)) return;
+    if (!cuda_detail::abort_raised(ab)) return;
     // The flag is raised only once the record is claimed; wait (briefly) until it is complete.
-    for (int i = 0; __atomic_load_n(&ab->claim, __ATOMIC_ACQUIRE) != cuda_detail::abort_claim_written; ++i) {
+    for (int i = 0; !cuda_detail::abort_record_written(ab); ++i) {
       if (i > 100000) raise(errc::aborted, "the group was aborted (its error record was never completed)", error_context{rank_, "cuda collective", 0, -1});
       std::this_thread::yield();
     }
@@ -128,14 +128,7 @@ public:
   }
   // Makes every kernel of the group return at its next check (within microseconds).
   void abort() {
-    detail::group_state& g = live();
-    unsigned expected = 0;
-    if (__atomic_compare_exchange_n(&g.abort->claim, &expected, cuda_detail::abort_claim_writing, false, __ATOMIC_ACQUIRE,
-                                    __ATOMIC_RELAXED)) {
-      g.abort->first = cuda_detail::device_error{static_cast<unsigned>(errc::aborted), rank_, -1, -1, 0};
-      __atomic_store_n(&g.abort->claim, cuda_detail::abort_claim_written, __ATOMIC_RELEASE);
-    }
-    __atomic_exchange_n(&g.abort->flag, 1u, __ATOMIC_RELEASE);
+    cuda_detail::record_failure(live().abort, cuda_detail::device_error{static_cast<unsigned>(errc::aborted), rank_, -1, -1, 0});
   }
 
 

@@ -45,6 +45,12 @@ inline constexpr unsigned abort_claim_writing = 1, abort_claim_written = 2;
 using sys_u64 = gpu::atomic_ref<u64, gpu::scope::system>;
 using sys_u32 = gpu::atomic_ref<unsigned, gpu::scope::system>;
 
+// Host side of the record: whether the flag is up, and whether the record is complete (acquire).
+inline bool abort_raised(device_abort* ab) { return sys_u32(ab->flag).load(gpu::memory_order::acquire) != 0; }
+inline bool abort_record_written(device_abort* ab) {
+  return sys_u32(ab->claim).load(gpu::memory_order::acquire) == abort_claim_written;
+}
+
 BRAID_DEVICE u64 load_acquire(const u64* p) { return sys_u64(*const_cast<u64*>(p)).load(gpu::memory_order::acquire); }
 
 // The order of the progress post: release. Only the mutation test (tests/cuda/CMakeLists.txt,
@@ -57,8 +63,9 @@ BRAID_DEVICE void post_max_release(u64* p, u64 v) {
   sys_u64(*p).fetch_max(v, gpu::memory_order::BRAID_TEST_PROGRESS_POST_ORDER);
 }
 
-// Records `e` as the group's first error if nobody has, then raises the abort flag.
-BRAID_DEVICE void record_failure(device_abort* ab, const device_error& e) {
+// Records `e` as the group's first error if nobody has, then raises the abort flag. Kernels call it
+// when they give up, the host when abort() is called: one claim protocol for both.
+BRAID_HD void record_failure(device_abort* ab, const device_error& e) {
   unsigned expected = 0;
   if (sys_u32(ab->claim).compare_exchange_strong(expected, abort_claim_writing, gpu::memory_order::acquire)) {
     ab->first = e;

@@ -80,15 +80,16 @@ BRAID_HD constexpr ::cuda::std::memory_order order(memory_order o) {
 }
 } // namespace detail
 
+// Host and device: the host uses it on host-mapped memory the kernels share (the abort record).
 template <class T, scope S> class atomic_ref {
 public:
-  BRAID_DEVICE explicit atomic_ref(T& x) : r_(x) {}
-  BRAID_DEVICE T load(memory_order o) const { return r_.load(detail::order(o)); }
-  BRAID_DEVICE void store(T v, memory_order o) const { r_.store(v, detail::order(o)); }
-  BRAID_DEVICE T fetch_add(T v, memory_order o) const { return r_.fetch_add(v, detail::order(o)); }
-  BRAID_DEVICE T fetch_max(T v, memory_order o) const { return r_.fetch_max(v, detail::order(o)); }
-  BRAID_DEVICE T exchange(T v, memory_order o) const { return r_.exchange(v, detail::order(o)); }
-  BRAID_DEVICE bool compare_exchange_strong(T& expected, T desired, memory_order o) const {
+  BRAID_HD explicit atomic_ref(T& x) : r_(x) {}
+  BRAID_HD T load(memory_order o) const { return r_.load(detail::order(o)); }
+  BRAID_HD void store(T v, memory_order o) const { r_.store(v, detail::order(o)); }
+  BRAID_HD T fetch_add(T v, memory_order o) const { return r_.fetch_add(v, detail::order(o)); }
+  BRAID_HD T fetch_max(T v, memory_order o) const { return r_.fetch_max(v, detail::order(o)); }
+  BRAID_HD T exchange(T v, memory_order o) const { return r_.exchange(v, detail::order(o)); }
+  BRAID_HD bool compare_exchange_strong(T& expected, T desired, memory_order o) const {
     return r_.compare_exchange_strong(expected, desired, detail::order(o));
   }
 
@@ -149,7 +150,7 @@ public:
   explicit atomic_ref(T& x) : r_(x) {}
   T load(memory_order o) const {
     emu::poll();
-    return r_.load(detail::order(o) == std::memory_order_release ? std::memory_order_relaxed : detail::order(o));
+    return r_.load(detail::order(o));
   }
   void store(T v, memory_order o) const { r_.store(v, detail::order(o)); }
   T fetch_add(T v, memory_order o) const { return r_.fetch_add(v, detail::order(o)); }

@@ -23,7 +23,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -105,13 +104,10 @@ struct machine_shape {
 struct kernel_job {
   void (*invoke)(const void* args) = nullptr; // runs the kernel body once, for the calling CUDA thread
   std::shared_ptr<const void> args;           // the launch's arguments (each thread gets its own copy)
-  const void* fn = nullptr;                   // the kernel's identity (its address)
   unsigned grid = 1, block = 1;
-  int device = 0;
-  // Progress, under the device scheduler's mutex.
+  // Progress, under the device scheduler's mutex: the launch is done when no block is left.
   unsigned next_block = 0;
   unsigned blocks_left = 0;
-  bool done = false;
 };
 
 class worker;
@@ -120,7 +116,6 @@ class worker;
 struct block_run {
   kernel_job* job = nullptr;
   unsigned bid = 0;
-  unsigned nthreads = 0;
   // Addresses TSan synchronises on: the block barrier, one per barrier parity (a thread resuming from
   // barrier k must not acquire what a faster thread released at barrier k + 1), and the block's end.
   char barrier_token[2] = {0, 0};
@@ -301,13 +296,12 @@ public:
       std::lock_guard<std::mutex> lk(m_);
       j.next_block = 0;
       j.blocks_left = j.grid;
-      j.done = false;
       queue_.push_back(&j);
       dispatch_locked();
     }
     {
       std::unique_lock<std::mutex> lk(m_);
-      done_cv_.wait(lk, [&] { return j.done; });
+      done_cv_.wait(lk, [&] { return j.blocks_left == 0; });
     }
     slice_.leave();
   }
@@ -358,13 +352,14 @@ private:
     sm_threads_[sm] -= j.block;
     sm_blocks_[sm] -= 1;
     idle_.push_back(w);
-    if (--j.blocks_left == 0) {
-      j.done = true;
-      done_cv_.notify_all();
-    }
+    if (--j.blocks_left == 0) done_cv_.notify_all();
     dispatch_locked();
   }
 };
+
+[[noreturn]] inline void stack_overflow() {
+  fatal("a CUDA thread overflowed its stack on the emulated device (raise BRAID_EMU_STACK_KIB, 256 by default)");
+}
 
 inline void worker::fiber_main(void* p) {
   fiber::asan_entered();
@@ -423,7 +418,6 @@ inline void worker::run_block(kernel_job& j, unsigned bid) {
   }
   run_.job = &j;
   run_.bid = bid;
-  run_.nthreads = n;
   for (unsigned i = 0; i < n; ++i) {
     cuda_thread& t = *threads_[i];
     t.run = &run_;
@@ -446,8 +440,7 @@ inline void worker::run_block(kernel_job& j, unsigned bid) {
       t.f.switch_from(sched_, t.first); // the first entry of a block's thread is ordered after the launch
       t.first = false;
       tls_thread.store(nullptr, std::memory_order_relaxed);
-      if (!t.f.stack_intact())
-        fatal("a CUDA thread overflowed its stack on the emulated device (raise BRAID_EMU_STACK_KIB, 256 by default)");
+      if (!t.f.stack_intact()) stack_overflow();
       switch (static_cast<fiber_event>(t.event.load(std::memory_order_relaxed))) {
       case fiber_event::barrier:
         waiting_.push_back(i);
@@ -476,8 +469,7 @@ inline void worker::run_block(kernel_job& j, unsigned bid) {
   }
   hb_acquire(&run_.exit_token);
   for (unsigned i = 0; i < n; ++i)
-    if (!threads_[i]->f.stack_zone_intact())
-      fatal("a CUDA thread overflowed its stack on the emulated device (raise BRAID_EMU_STACK_KIB, 256 by default)");
+    if (!threads_[i]->f.stack_zone_intact()) stack_overflow();
 }
 
 } // namespace braid::emu::detail

@@ -39,7 +39,6 @@ struct allocation {
   // The mapping: [map, map + map_len) with guard pages at both ends.
   void* map = nullptr;
   std::size_t map_len = 0;
-  std::size_t data_off = 0; // offset of the first data page within the memfd's mapping
   int fd = -1;
   std::uint64_t id = 0;     // random: names the memfd, so an opener can check what it maps
   // Imported allocations: who exported it, with which id, and how often it is open here.
@@ -104,7 +103,6 @@ public:
     }
     a.map = m;
     a.map_len = len;
-    a.data_off = pg;
     a.base = reinterpret_cast<std::uintptr_t>(d) + tail;
     return true;
   }

@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -57,24 +58,25 @@ inline std::string hex(const void* p) {
 // Where a copy's side lives.
 enum class side { pageable, pinned, device };
 
-inline bool classify(const void* p, std::size_t bytes, side& out, int& device) {
+// False if [p, p + bytes) starts inside an allocation and runs past its end; else where it lives
+// (memory the runtime did not hand out is pageable host memory).
+inline bool classify(const void* p, std::size_t bytes, side& out) {
   allocation a;
   if (!rt().memory().find(p, bytes, a)) {
     allocation any;
-    if (rt().memory().find(p, 0, any)) return false; // starts inside an allocation but runs past its end
+    if (rt().memory().find(p, 0, any)) return false;
     out = side::pageable;
-    device = -1;
     return true;
   }
   out = a.kind == mem_kind::host ? side::pinned : side::device;
-  device = a.device;
   return true;
 }
 
-// Checks the two sides of a copy against its direction. Returns cudaSuccess or the error to give.
-inline cudaError_t check_copy(const char* call, void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
-                              side& ds, side& ss) {
-  if (bytes == 0) {
+// Checks the two sides of a copy (`dst_bytes` and `src_bytes` each: a 2D copy's extents differ)
+// against its direction. Returns cudaSuccess or the error to give.
+inline cudaError_t check_copy(const char* call, void* dst, std::size_t dst_bytes, const void* src, std::size_t src_bytes,
+                              cudaMemcpyKind kind, side& ds, side& ss) {
+  if (dst_bytes == 0) {
     ds = ss = side::pageable;
     return cudaSuccess;
   }
@@ -82,13 +84,12 @@ inline cudaError_t check_copy(const char* call, void* dst, const void* src, std:
     diag(call, "null pointer");
     return cudaErrorInvalidValue;
   }
-  int dd = -1, sd = -1;
-  if (!classify(dst, bytes, ds, dd)) {
-    diag(call, "the destination " + hex(dst) + " + " + std::to_string(bytes) + " bytes runs past the end of its allocation");
+  if (!classify(dst, dst_bytes, ds)) {
+    diag(call, "the destination " + hex(dst) + " + " + std::to_string(dst_bytes) + " bytes runs past the end of its allocation");
     return cudaErrorInvalidValue;
   }
-  if (!classify(src, bytes, ss, sd)) {
-    diag(call, "the source " + hex(src) + " + " + std::to_string(bytes) + " bytes runs past the end of its allocation");
+  if (!classify(src, src_bytes, ss)) {
+    diag(call, "the source " + hex(src) + " + " + std::to_string(src_bytes) + " bytes runs past the end of its allocation");
     return cudaErrorInvalidValue;
   }
   const bool dst_dev = ds == side::device, src_dev = ss == side::device;
@@ -117,9 +118,6 @@ inline cudaError_t check_copy(const char* call, void* dst, const void* src, std:
   }
   return cudaSuccess;
 }
-
-// The capture `s` is part of, if it is capturing (under rt().lock()).
-inline capture_state* capturing(stream_state& s) { return s.capture; }
 
 // Records `node` into the stream's capture if it has one; returns true if it did (or the capture
 // was invalidated: then `err` says so).
@@ -163,6 +161,24 @@ inline cudaError_t submit(const char* call, cudaStream_t h, std::function<void()
   cudaError_t err = cudaSuccess;
   if (captured(*s, run, err)) return err;
   rt().enqueue(*s, std::move(run));
+  return cudaSuccess;
+}
+
+// A copy from pageable host memory: the source is staged now (CUDA stages it before the call returns),
+// the copy into `dst` runs when the stream reaches it.
+inline std::function<void()> staged_copy(void* dst, const void* src, std::size_t bytes) {
+  auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
+                                                             static_cast<const unsigned char*>(src) + bytes);
+  return [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); };
+}
+
+// cudaGraphDestroy and cudaGraphExecDestroy: the handle must be live in `live`.
+template <class H> inline cudaError_t destroy_handle(std::set<H*>& live, H* h) {
+  {
+    std::lock_guard<std::mutex> lk(rt().lock());
+    if (!live.erase(h)) return fail(cudaErrorInvalidResourceHandle);
+  }
+  delete h; // a launch in flight holds its own copy of the nodes
   return cudaSuccess;
 }
 
@@ -222,15 +238,12 @@ cudaError_t launch(void (*kernel)(P...), unsigned grid, unsigned block, std::siz
   }
   auto call = std::make_shared<kernel_call<P...>>(kernel_call<P...>{kernel, {std::forward<A>(args)...}});
   device_exec* dev = &rt().device(s->device);
-  const void* fn = reinterpret_cast<const void*>(kernel);
-  std::function<void()> run = [call, dev, fn, grid, block] {
+  std::function<void()> run = [call, dev, grid, block] {
     kernel_job j;
     j.invoke = &kernel_call<P...>::invoke;
     j.args = call;
-    j.fn = fn;
     j.grid = grid;
     j.block = block;
-    j.device = dev->index();
     dev->execute(j);
   };
   cudaError_t err = cudaSuccess;
@@ -595,7 +608,7 @@ inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes
   using namespace braid::emu::detail;
   BRAID_EMU_ENTER();
   side ds, ss;
-  if (const cudaError_t e = check_copy("cudaMemcpyAsync", dst, src, bytes, kind, ds, ss)) return fail(e);
+  if (const cudaError_t e = check_copy("cudaMemcpyAsync", dst, bytes, src, bytes, kind, ds, ss)) return fail(e);
   if (bytes == 0) return cudaSuccess;
   std::shared_ptr<stream_state> s;
   if (const cudaError_t e = stream_for("cudaMemcpyAsync", stream, s)) return fail(e);
@@ -606,9 +619,7 @@ inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes
       diag("cudaMemcpyAsync", "a copy from pageable host memory cannot be captured");
       return fail(cudaErrorStreamCaptureUnsupported);
     }
-    auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
-                                                               static_cast<const unsigned char*>(src) + bytes);
-    run = [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); };
+    run = staged_copy(dst, src, bytes);
   } else {
     run = [dst, src, bytes] { std::memmove(dst, src, bytes); };
   }
@@ -624,7 +635,7 @@ inline cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cud
   using namespace braid::emu::detail;
   BRAID_EMU_ENTER();
   side ds, ss;
-  if (const cudaError_t e = check_copy("cudaMemcpy", dst, src, bytes, kind, ds, ss)) return fail(e);
+  if (const cudaError_t e = check_copy("cudaMemcpy", dst, bytes, src, bytes, kind, ds, ss)) return fail(e);
   if (bytes == 0) return cudaSuccess;
   if (rt().prohibits_sync_here()) return fail(cudaErrorStreamCaptureImplicit);
   auto l = rt().legacy(tls_device);
@@ -634,9 +645,7 @@ inline cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cud
   }
   if (ds == side::device && ss == side::pageable) {
     l->wait_for(l->last_enqueued()); // "a stream sync is performed before the copy is initiated"
-    auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
-                                                               static_cast<const unsigned char*>(src) + bytes);
-    rt().enqueue(*l, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
+    rt().enqueue(*l, staged_copy(dst, src, bytes));
     return cudaSuccess;
   }
   const std::uint64_t seq = rt().enqueue(*l, [dst, src, bytes] { std::memmove(dst, src, bytes); });
@@ -683,13 +692,7 @@ inline cudaError_t cudaMemcpy2DAsync(void* dst, std::size_t dpitch, const void* 
   }
   side ds, ss;
   const std::size_t dext = (height - 1) * dpitch + width, sext = (height - 1) * spitch + width;
-  if (const cudaError_t e = check_copy("cudaMemcpy2DAsync", dst, src, 1, kind, ds, ss)) return fail(e);
-  side d2, s2;
-  int dv = -1, sv = -1;
-  if (!classify(dst, dext, d2, dv) || !classify(src, sext, s2, sv)) {
-    diag("cudaMemcpy2DAsync", "a row runs past the end of its allocation");
-    return fail(cudaErrorInvalidValue);
-  }
+  if (const cudaError_t e = check_copy("cudaMemcpy2DAsync", dst, dext, src, sext, kind, ds, ss)) return fail(e);
   if (ss == side::pageable) {
     diag("cudaMemcpy2DAsync", "copies from pageable host memory are not emulated for 2D copies");
     return fail(cudaErrorNotSupported);
@@ -944,27 +947,14 @@ inline cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t stream) {
 }
 
 inline cudaError_t cudaGraphDestroy(cudaGraph_t g) {
-  using namespace braid::emu::detail;
   BRAID_EMU_ENTER();
-  auto* graph = reinterpret_cast<graph_state*>(g);
-  {
-    std::lock_guard<std::mutex> lk(rt().lock());
-    if (!rt().graphs().erase(graph)) return fail(cudaErrorInvalidResourceHandle);
-  }
-  delete graph;
-  return cudaSuccess;
+  return braid::emu::detail::destroy_handle(braid::emu::detail::rt().graphs(), reinterpret_cast<braid::emu::detail::graph_state*>(g));
 }
 
 inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
-  using namespace braid::emu::detail;
   BRAID_EMU_ENTER();
-  auto* x = reinterpret_cast<graph_exec_state*>(e);
-  {
-    std::lock_guard<std::mutex> lk(rt().lock());
-    if (!rt().graph_execs().erase(x)) return fail(cudaErrorInvalidResourceHandle);
-  }
-  delete x; // a launch in flight holds its own copy of the nodes
-  return cudaSuccess;
+  return braid::emu::detail::destroy_handle(braid::emu::detail::rt().graph_execs(),
+                                            reinterpret_cast<braid::emu::detail::graph_exec_state*>(e));
 }
 
 // ---- IPC ----------------------------------------------------------------------------------------

@@ -155,17 +155,13 @@ public:
   bool usable() const { return ::getpid() == pid_; }
   const machine_shape& shape() const { return shape_; }
   int device_count() const { return shape_.devices; }
-  bool launch_blocking() const { return launch_blocking_; }
   bool poison() const { return poison_; }
   device_exec& device(int d) { return *devices_[static_cast<std::size_t>(d)]; }
   memory_table& memory() { return mem_; }
 
   // ---- peer access ------------------------------------------------------------------------------
-  bool peer_enabled(int from, int to) {
-    std::lock_guard<std::mutex> lk(m_);
-    return from == to || peer_[static_cast<std::size_t>(from * shape_.devices + to)];
-  }
-  // False if it was enabled already.
+  // Peer access is recorded (for cudaErrorPeerAccessAlreadyEnabled), not enforced: a kernel's loads
+  // cannot be checked (docs/architecture.md). False if it was enabled already.
   bool enable_peer(int from, int to) {
     std::lock_guard<std::mutex> lk(m_);
     auto&& e = peer_[static_cast<std::size_t>(from * shape_.devices + to)];
