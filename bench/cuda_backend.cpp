@@ -95,6 +95,7 @@ public:
     return gt::instantiated(c, t, has_reduction(c) ? k : op_kind::sum);
   }
   void launch(const std::vector<gt::call>& calls) override {
+    gt::bracket one_thread_for_every_rank; // the ranks of a GPU launch together
     for (std::size_t r = 0; r < calls.size(); ++r) gt::enqueue(*g_, static_cast<int>(r), calls[r]);
   }
   void sync() override {

@@ -28,7 +28,7 @@ struct group {
 // Runs rank's collective for element type T and operator Op (only the collectives that take one).
 template <class T, class Op> void enqueue_typed(group& g, int rank, const call& c, Op op) {
   braid::cuda::communicator& comm = g.comms.at(static_cast<std::size_t>(rank));
-  cudaStream_t s = g.streams.at(static_cast<std::size_t>(rank));
+  cudaStream_t s = c.stream ? static_cast<cudaStream_t>(c.stream) : g.streams.at(static_cast<std::size_t>(rank));
   const call_options co{c.algorithm};
   const T* in = static_cast<const T*>(c.in);
   T* out = static_cast<T*>(c.out);

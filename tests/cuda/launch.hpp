@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,8 @@ int blocks_per_rank(const group& g);
 int threads_per_block(const group& g);
 
 int size(const group& g);
+// communicator::reads_in_place(p) of that rank: whether peers would read an input at p in place.
+bool reads_in_place(const group& g, int rank, const void* p);
 // The rank's stream as an opaque handle (a cudaStream_t; test_gpu.cpp casts it back).
 void* stream(const group& g, int rank);
 // communicator::check() of that rank: raises the error a kernel of the group recorded, if any.
@@ -52,6 +55,22 @@ struct call {
   void* out = nullptr;
   std::size_t count = 0; // elements per block, as the communicator takes it
   int root = 0;
+  void* stream = nullptr; // a cudaStream_t on the rank's GPU; nullptr: the rank's own stream
+};
+
+// braid::cuda::group_start() / group_end(): a thread that enqueues several ranks of one GPU brackets
+// them (the ranks of a GPU are launched together when the last of them is enqueued).
+void group_start();
+void group_end();
+// A bracket for a scope (group_end() raising from the destructor only when nothing else is in flight).
+struct bracket {
+  bracket() { group_start(); }
+  bracket(const bracket&) = delete;
+  bracket& operator=(const bracket&) = delete;
+  ~bracket() noexcept(false);
+  void end();
+  bool ended = false;
+  int uncaught = std::uncaught_exceptions();
 };
 
 // Whether this test binary instantiates (c, t, k); enqueue raises unsupported_error otherwise.

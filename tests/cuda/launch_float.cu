@@ -6,6 +6,7 @@
 #include "group.cuh"
 
 #include <cstdint>
+#include <exception>
 #include <string>
 
 namespace braid::gpu_test {
@@ -31,7 +32,28 @@ std::shared_ptr<group> make_group(const std::vector<int>& devices, std::chrono::
   return g;
 }
 
+void group_start() { braid::cuda::group_start(); }
+void group_end() { braid::cuda::group_end(); }
+void bracket::end() {
+  if (ended) return;
+  ended = true;
+  group_end();
+}
+bracket::~bracket() noexcept(false) {
+  if (ended) return;
+  ended = true;
+  if (std::uncaught_exceptions() > uncaught) {
+    try {
+      group_end();
+    } catch (...) {
+    }
+    return;
+  }
+  group_end();
+}
+
 int size(const group& g) { return static_cast<int>(g.comms.size()); }
+bool reads_in_place(const group& g, int rank, const void* p) { return g.comms.at(static_cast<std::size_t>(rank)).reads_in_place(p); }
 int blocks_per_rank(const group& g) { return g.comms.at(0).blocks_per_rank(); }
 int threads_per_block(const group& g) { return g.comms.at(0).threads_per_block(); }
 
@@ -60,7 +82,7 @@ void enqueue(group& g, int rank, const call& c) {
     raise(errc::unsupported, std::string("the GPU test does not instantiate ") + std::string(name(c.coll)) + " for " +
                                  std::string(name(c.type)) + " with " + std::string(name(c.op)));
   braid::cuda::communicator& comm = g.comms.at(static_cast<std::size_t>(rank));
-  cudaStream_t s = g.streams.at(static_cast<std::size_t>(rank));
+  cudaStream_t s = c.stream ? static_cast<cudaStream_t>(c.stream) : g.streams.at(static_cast<std::size_t>(rank));
   const call_options co{c.algorithm};
   switch (c.coll) {
   case collective::all_gather:
@@ -158,12 +180,14 @@ std::size_t copy_only_check(const std::vector<int>& devices, std::size_t count) 
       BRAID_CUDA_CHECK(cudaMemset(out[ur], 0xEE, out_n * sizeof(rgb)));
       BRAID_CUDA_CHECK(cudaDeviceSynchronize());
     }
+    braid::cuda::group_scope bracket;
     for (int r = 0; r < n; ++r) {
       const auto ur = static_cast<std::size_t>(r);
       braid::cuda::communicator& comm = g->comms.at(ur);
       if (coll == collective::broadcast) comm.broadcast(in[ur], out[ur], count, root, g->streams[ur], call_options{a});
       else comm.all_gather(in[ur], out[ur], count, g->streams[ur], call_options{a});
     }
+    bracket.end();
     for (int r = 0; r < n; ++r) {
       const auto ur = static_cast<std::size_t>(r);
       BRAID_CUDA_CHECK(cudaSetDevice(devices[ur]));

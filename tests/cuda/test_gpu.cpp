@@ -251,8 +251,10 @@ std::string run_case(rig& x, collective c, algo a, op_kind k, std::size_t count,
   // emulated device showed it: wrong values at the start of in-place buffers).
   x.sync_uploads();
 
-  // Every rank's kernel is enqueued before any stream is synchronised: they wait for each other.
+  // Every rank's call is enqueued before any stream is synchronised: they wait for each other. One
+  // thread drives every rank, so the calls are bracketed (the ranks of a GPU launch together).
   std::string failure;
+  gt::group_start();
   for (int r = 0; r < n && failure.empty(); ++r) {
     const std::size_t ur = static_cast<std::size_t>(r);
     gt::call cl;
@@ -269,6 +271,11 @@ std::string run_case(rig& x, collective c, algo a, op_kind k, std::size_t count,
     } catch (const std::exception& e) {
       failure = where(r, 0, std::string("enqueue raised: ") + e.what());
     }
+  }
+  try {
+    gt::group_end();
+  } catch (const std::exception& e) {
+    if (failure.empty()) failure = where(0, 0, std::string("group_end raised: ") + e.what());
   }
   if (std::string e = x.sync(); !e.empty() && failure.empty()) failure = where(0, 0, e);
   for (int r = 0; r < n && failure.empty(); ++r) {
@@ -333,8 +340,9 @@ struct float_buffers {
   std::size_t count;
   std::vector<float*> in, out;
   // Rank r's buffers on its device (sweep_devices).
-  float_buffers(int nranks, std::size_t cnt) : n(nranks), count(cnt), in(static_cast<std::size_t>(nranks)), out(static_cast<std::size_t>(nranks)) {
-    const std::vector<int> devs = sweep_devices(nranks);
+  float_buffers(int nranks, std::size_t cnt, std::vector<int> devs = {})
+      : n(nranks), count(cnt), in(static_cast<std::size_t>(nranks)), out(static_cast<std::size_t>(nranks)) {
+    if (devs.empty()) devs = sweep_devices(nranks);
     for (std::size_t r = 0; r < in.size(); ++r) {
       GPU_OK(cudaSetDevice(devs[r]));
       GPU_OK(cudaMalloc(reinterpret_cast<void**>(&in[r]), std::max<std::size_t>(count, 1) * sizeof(float)));
@@ -400,7 +408,10 @@ void expect_working_all_reduce(gt::group& g, std::size_t count) {
   const int n = gt::size(g);
   float_buffers b(n, count);
   upload_inputs(b, 0, false);
-  for (int r = 0; r < n; ++r) gt::enqueue(g, r, float_all_reduce(b.in[static_cast<std::size_t>(r)], b.out[static_cast<std::size_t>(r)], count));
+  {
+    gt::bracket one_thread_for_every_rank;
+    for (int r = 0; r < n; ++r) gt::enqueue(g, r, float_all_reduce(b.in[static_cast<std::size_t>(r)], b.out[static_cast<std::size_t>(r)], count));
+  }
   for (int r = 0; r < n; ++r) GPU_OK(cudaStreamSynchronize(stream_of(g, r)));
   for (int r = 0; r < n; ++r) gt::check(g, r);
   std::string first;
@@ -489,7 +500,7 @@ TEST_CASE("gpu sweep: launch shapes and device layouts (float sum, every collect
       }
       std::vector<int> devs(static_cast<std::size_t>(n));
       for (int r = 0; r < n; ++r) devs[static_cast<std::size_t>(r)] = spread ? r % ndev : 0;
-      for (const launch l : {launch{3, 1}, launch{32, 5}, launch{96, 32}, launch{1024, 2}}) {
+      for (const launch l : {launch{3, 1}, launch{32, 5}, launch{96, 32}, launch{512, 2}}) {
         rig x(n, buffer_bytes(big, n, true, sizeof(float)), sweep_timeout(), 0, devs, l.threads, l.max_blocks);
         const int grid = gt::blocks_per_rank(x.group()), threads = gt::threads_per_block(x.group());
         CHECK(threads == l.threads);
@@ -514,7 +525,9 @@ TEST_CASE("gpu sweep: launch shapes and device layouts (float sum, every collect
     });
   };
   CHECK_MESSAGE(ran(3, 1), "no group ran blocks of 3 threads in a grid of 1");
-  CHECK_MESSAGE(ran(1024, 0), "no group ran blocks of 1024 threads");
+  CHECK_MESSAGE(ran(512, 0), "no group ran blocks of 512 threads");
+  // 512 is the kernels' launch bound: more is refused by create_group.
+  CHECK_THROWS_AS(gt::make_group({0, 0}, sweep_timeout(), 0, 513), braid::invalid_argument);
   if (ndev >= 2) CHECK_MESSAGE(ran(0, 5), "no group ran a grid of 5 blocks");
   t.report(("launch shapes x layouts, float sum, ranks 2,3,4, count " + std::to_string(big)).c_str());
 }
@@ -531,7 +544,9 @@ TEST_CASE("gpu copy-only element type: broadcast and all_gather of a 3-byte stru
 
 // ---- CUDA graphs ----------------------------------------------------------------------------------
 
-TEST_CASE("gpu graph: one captured all_reduce per rank, replayed with new inputs") {
+// The ranks of a GPU are one launch, so they are captured together: per GPU, one capture on the
+// stream of its first rank, every rank of that GPU enqueued on that stream inside a bracket.
+TEST_CASE("gpu graph: one captured all_reduce per GPU, replayed with new inputs") {
   const int n = 4;
   const std::size_t large = sweep_large();
   struct variant {
@@ -543,30 +558,43 @@ TEST_CASE("gpu graph: one captured all_reduce per rank, replayed with new inputs
   for (const variant v : {variant{7, true}, variant{large, false}}) {
     CAPTURE(v.count);
     CAPTURE(v.in_place);
-    auto g = gt::make_group(sweep_devices(n), sweep_timeout(), std::size_t{64} << 10, sweep_threads());
+    const std::vector<int> devs = sweep_devices(n);
+    auto g = gt::make_group(devs, sweep_timeout(), std::size_t{64} << 10, sweep_threads());
     float_buffers b(n, v.count);
-    std::vector<cudaGraph_t> graphs(n, nullptr);
-    std::vector<cudaGraphExec_t> execs(n, nullptr);
-    for (int r = 0; r < n; ++r) {
-      const std::size_t ur = static_cast<std::size_t>(r);
-      cudaStream_t s = stream_of(*g, r);
+    std::vector<int> firsts; // the first rank of each GPU
+    for (int r = 0; r < n; ++r)
+      if (std::find(devs.begin(), devs.begin() + r, devs[static_cast<std::size_t>(r)]) == devs.begin() + r) firsts.push_back(r);
+    std::vector<cudaGraph_t> graphs(firsts.size(), nullptr);
+    std::vector<cudaGraphExec_t> execs(firsts.size(), nullptr);
+    for (std::size_t k = 0; k < firsts.size(); ++k) {
+      const int d = devs[static_cast<std::size_t>(firsts[k])];
+      cudaStream_t s = stream_of(*g, firsts[k]);
+      GPU_OK(cudaSetDevice(d));
       GPU_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
       try {
-        gt::enqueue(*g, r, float_all_reduce(v.in_place ? b.out[ur] : b.in[ur], b.out[ur], v.count));
+        gt::bracket ranks_of_this_gpu;
+        for (int r = 0; r < n; ++r) {
+          const std::size_t ur = static_cast<std::size_t>(r);
+          if (devs[ur] != d) continue;
+          gt::call c = float_all_reduce(v.in_place ? b.out[ur] : b.in[ur], b.out[ur], v.count);
+          c.stream = s;
+          gt::enqueue(*g, r, c);
+        }
       } catch (...) {
         cudaGraph_t dropped = nullptr;
         cudaStreamEndCapture(s, &dropped);
         if (dropped) cudaGraphDestroy(dropped);
         throw;
       }
-      GPU_OK(cudaStreamEndCapture(s, &graphs[ur]));
-      GPU_OK(cudaGraphInstantiate(&execs[ur], graphs[ur], 0));
+      GPU_OK(cudaStreamEndCapture(s, &graphs[k]));
+      GPU_OK(cudaGraphInstantiate(&execs[k], graphs[k], 0));
     }
+    GPU_OK(cudaSetDevice(0));
     for (int rep = 0; rep < 3; ++rep) {
       CAPTURE(rep);
       upload_inputs(b, rep, v.in_place);
-      for (int r = 0; r < n; ++r) GPU_OK(cudaGraphLaunch(execs[static_cast<std::size_t>(r)], stream_of(*g, r)));
-      for (int r = 0; r < n; ++r) GPU_OK(cudaStreamSynchronize(stream_of(*g, r)));
+      for (std::size_t k = 0; k < firsts.size(); ++k) GPU_OK(cudaGraphLaunch(execs[k], stream_of(*g, firsts[k])));
+      for (std::size_t k = 0; k < firsts.size(); ++k) GPU_OK(cudaStreamSynchronize(stream_of(*g, firsts[k])));
       for (int r = 0; r < n; ++r) gt::check(*g, r);
       std::string first;
       CHECK_MESSAGE(count_wrong_sums(b, rep, first) == 0, first);
@@ -580,49 +608,310 @@ TEST_CASE("gpu graph: one captured all_reduce per rank, replayed with new inputs
 
 // ---- failures -------------------------------------------------------------------------------------
 
-TEST_CASE("gpu stalled rank: the waiting kernel times out, check() names the peer, a fresh group works") {
+// A rank that never calls. Ranks on one GPU meet on the host: the call of rank 0 raises the timeout
+// itself, naming the ranks it waited for. Ranks on different GPUs wait in their kernels: rank 0's
+// kernel gives up, and check() names the peer.
+TEST_CASE("gpu stalled rank: a call on a shared GPU raises, a kernel on its own GPU times out, a fresh group works") {
+  int ndev = 0;
+  GPU_OK(cudaGetDeviceCount(&ndev));
   for (int n : {2, 4}) {
     CAPTURE(n);
     const std::size_t count = 1000;
-    auto g = gt::make_group(sweep_devices(n), 200ms, 0, sweep_threads());
-    float_buffers b(n, count);
-    upload_inputs(b, 0, false);
-    // Only rank 0 calls: its kernel waits for peers that never come.
-    gt::enqueue(*g, 0, float_all_reduce(b.in[0], b.out[0], count));
-    const auto t0 = std::chrono::steady_clock::now();
-    GPU_OK(cudaStreamSynchronize(stream_of(*g, 0)));
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    MESSAGE("rank 0's kernel returned after " << waited << " s (timeout 0.2 s)");
-    CHECK(waited < 10.0);
-    bool raised = false;
-    try {
-      gt::check(*g, 0);
-    } catch (const braid::timeout_error& e) {
-      raised = true;
-      MESSAGE("check(): " << std::string(e.what()));
-      CHECK(e.code() == errc::timeout);
-      CHECK(e.peer() >= 1);
-      CHECK(e.peer() < n);
-      CHECK(std::string(e.what()).find("rank 0 waited") != std::string::npos);
-      CHECK(std::string(e.what()).find("for rank " + std::to_string(e.peer())) != std::string::npos);
+    {
+      const std::vector<int> devs(static_cast<std::size_t>(n), 0);
+      auto g = gt::make_group(devs, 200ms, 0, sweep_threads());
+      float_buffers b(n, count, devs);
+      upload_inputs(b, 0, false);
+      const auto t0 = std::chrono::steady_clock::now();
+      bool raised = false;
+      try {
+        gt::enqueue(*g, 0, float_all_reduce(b.in[0], b.out[0], count)); // from this thread, the first call: it waits
+      } catch (const braid::timeout_error& e) {
+        raised = true;
+        MESSAGE("rank 0's call: " << std::string(e.what()));
+        CHECK(std::string(e.what()).find("rank 0 waited more than the timeout for rank(s) 1") != std::string::npos);
+        CHECK(std::string(e.what()).find("group_start()") != std::string::npos);
+      }
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      CHECK_MESSAGE(raised, "rank 0's call did not raise braid::timeout_error");
+      CHECK(waited < 10.0);
+      CHECK(cudaStreamQuery(stream_of(*g, 0)) == cudaSuccess); // nothing was launched
+      // The group is failed: the next call raises at once.
+      CHECK_THROWS_AS(gt::enqueue(*g, n - 1, float_all_reduce(b.in[static_cast<std::size_t>(n - 1)], b.out[static_cast<std::size_t>(n - 1)], count)),
+                      braid::timeout_error);
     }
-    CHECK_MESSAGE(raised, "check() did not raise braid::timeout_error");
-    // The group stays failed: every rank's next call raises before enqueuing anything.
-    CHECK_THROWS_AS(gt::check(*g, n - 1), braid::timeout_error);
-    CHECK_THROWS_AS(gt::enqueue(*g, n - 1, float_all_reduce(b.in[static_cast<std::size_t>(n - 1)], b.out[static_cast<std::size_t>(n - 1)], count)),
-                    braid::timeout_error);
-    CHECK(cudaStreamQuery(stream_of(*g, n - 1)) == cudaSuccess);
-    g.reset();
+    if (ndev >= 2) {
+      std::vector<int> devs(static_cast<std::size_t>(n));
+      for (int r = 0; r < n; ++r) devs[static_cast<std::size_t>(r)] = r % ndev;
+      if (std::count(devs.begin(), devs.end(), 0) == 1) {
+        auto g = gt::make_group(devs, 200ms, 0, sweep_threads());
+        float_buffers b(n, count, devs);
+        upload_inputs(b, 0, false);
+        gt::enqueue(*g, 0, float_all_reduce(b.in[0], b.out[0], count)); // alone on its GPU: launched at once
+        const auto t0 = std::chrono::steady_clock::now();
+        GPU_OK(cudaStreamSynchronize(stream_of(*g, 0)));
+        const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        MESSAGE("rank 0's kernel returned after " << waited << " s (timeout 0.2 s)");
+        CHECK(waited < 10.0);
+        bool raised = false;
+        try {
+          gt::check(*g, 0);
+        } catch (const braid::timeout_error& e) {
+          raised = true;
+          MESSAGE("check(): " << std::string(e.what()));
+          CHECK(e.peer() >= 1);
+          CHECK(e.peer() < n);
+          CHECK(std::string(e.what()).find("rank 0 waited") != std::string::npos);
+        }
+        CHECK_MESSAGE(raised, "check() did not raise braid::timeout_error");
+        CHECK_THROWS_AS(gt::check(*g, n - 1), braid::timeout_error);
+      }
+    }
     auto fresh = gt::make_group(sweep_devices(n), sweep_timeout(), 0, sweep_threads());
     expect_working_all_reduce(*fresh, count);
   }
 }
 
+// One thread that drives several ranks of a GPU without a bracket: once it is known to drive them (its
+// earlier calls), the call raises at once and the group stays usable.
+TEST_CASE("gpu one thread, several ranks of a GPU, no bracket: a clear error at once, the group stays usable") {
+  const int n = 3;
+  const std::size_t count = 100;
+  const std::vector<int> devs(static_cast<std::size_t>(n), 0);
+  auto g = gt::make_group(devs, 60s, 0, sweep_threads());
+  expect_working_all_reduce(*g, count); // bracketed: this thread made every rank's latest call
+  float_buffers b(n, count, devs);
+  const auto t0 = std::chrono::steady_clock::now();
+  bool raised = false;
+  try {
+    gt::enqueue(*g, 0, float_all_reduce(b.in[0], b.out[0], count));
+  } catch (const braid::error& e) {
+    raised = true;
+    CHECK(e.code() == errc::invalid_usage);
+    MESSAGE(std::string(e.what()));
+    CHECK(std::string(e.what()).find("group_start()") != std::string::npos);
+  }
+  CHECK_MESSAGE(raised, "no error");
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  expect_working_all_reduce(*g, count);
+}
+
+// Ranks of one GPU driven by one thread each, no bracket: 12 ranks on GPU 0, several calls.
+TEST_CASE("gpu 12 ranks on one GPU from 12 threads") {
+  const int n = 12;
+  const std::size_t count = 3000;
+  const std::vector<int> devs(static_cast<std::size_t>(n), 0);
+  auto g = gt::make_group(devs, sweep_timeout(), 0, 64);
+  float_buffers b(n, count, devs);
+  for (int rep = 0; rep < 3; ++rep) {
+    CAPTURE(rep);
+    upload_inputs(b, rep, false);
+    std::vector<std::string> err(static_cast<std::size_t>(n));
+    std::vector<std::thread> th;
+    for (int r = 0; r < n; ++r)
+      th.emplace_back([&, r] {
+        try {
+          gt::enqueue(*g, r, float_all_reduce(b.in[static_cast<std::size_t>(r)], b.out[static_cast<std::size_t>(r)], count));
+        } catch (const std::exception& e) {
+          err[static_cast<std::size_t>(r)] = e.what();
+        }
+      });
+    for (auto& t : th) t.join();
+    for (int r = 0; r < n; ++r) CHECK_MESSAGE(err[static_cast<std::size_t>(r)].empty(), err[static_cast<std::size_t>(r)]);
+    for (int r = 0; r < n; ++r) GPU_OK(cudaStreamSynchronize(stream_of(*g, r)));
+    for (int r = 0; r < n; ++r) gt::check(*g, r);
+    std::string first;
+    CHECK_MESSAGE(count_wrong_sums(b, rep, first) == 0, first);
+  }
+}
+
+// Two groups on the same GPU, their calls in flight at once (each group one launch per call).
+TEST_CASE("gpu two groups in flight on one GPU") {
+  const int n = 3;
+  const std::size_t count = 5000;
+  const std::vector<int> devs(static_cast<std::size_t>(n), 0);
+  auto g1 = gt::make_group(devs, sweep_timeout(), std::size_t{64} << 10, 64);
+  auto g2 = gt::make_group(devs, sweep_timeout(), std::size_t{64} << 10, 64);
+  float_buffers b1(n, count, devs), b2(n, count, devs);
+  upload_inputs(b1, 1, false);
+  upload_inputs(b2, 2, false);
+  std::vector<std::string> err(static_cast<std::size_t>(2 * n));
+  std::vector<std::thread> th;
+  for (int r = 0; r < n; ++r)
+    for (int which = 0; which < 2; ++which)
+      th.emplace_back([&, r, which] {
+        gt::group& g = which ? *g2 : *g1;
+        float_buffers& b = which ? b2 : b1;
+        try {
+          gt::enqueue(g, r, float_all_reduce(b.in[static_cast<std::size_t>(r)], b.out[static_cast<std::size_t>(r)], count));
+        } catch (const std::exception& e) {
+          err[static_cast<std::size_t>(2 * r + which)] = e.what();
+        }
+      });
+  for (auto& t : th) t.join();
+  for (const auto& e : err) CHECK_MESSAGE(e.empty(), e);
+  for (int r = 0; r < n; ++r) {
+    GPU_OK(cudaStreamSynchronize(stream_of(*g1, r)));
+    GPU_OK(cudaStreamSynchronize(stream_of(*g2, r)));
+    gt::check(*g1, r);
+    gt::check(*g2, r);
+  }
+  std::string first;
+  CHECK_MESSAGE(count_wrong_sums(b1, 1, first) == 0, first);
+  CHECK_MESSAGE(count_wrong_sums(b2, 2, first) == 0, first);
+}
+
+// A rank's calls are ordered whatever streams they are enqueued on, and graph replays between them too:
+// every rank alternates between two streams, calls are not synchronised in between, and a captured
+// call is replayed between stream calls. Each call's output feeds the next call's input (out-of-place
+// into a second buffer), so any reordering changes the result.
+TEST_CASE("gpu two streams per rank: interleaved calls and graph replays stay in order") {
+  const int n = 3;
+  const std::size_t count = 2000;
+  const std::vector<int> devs = sweep_devices(n);
+  auto g = gt::make_group(devs, sweep_timeout(), std::size_t{64} << 10, sweep_threads());
+  float_buffers b(n, count, devs); // ping: in, pong: out
+  std::vector<cudaStream_t> second(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    GPU_OK(cudaSetDevice(devs[static_cast<std::size_t>(r)]));
+    GPU_OK(cudaStreamCreateWithFlags(&second[static_cast<std::size_t>(r)], cudaStreamNonBlocking));
+  }
+  // The captured call: pong -> ping, on each GPU's first rank's second stream.
+  std::vector<int> firsts;
+  for (int r = 0; r < n; ++r)
+    if (std::find(devs.begin(), devs.begin() + r, devs[static_cast<std::size_t>(r)]) == devs.begin() + r) firsts.push_back(r);
+  std::vector<cudaGraph_t> graphs(firsts.size());
+  std::vector<cudaGraphExec_t> execs(firsts.size());
+  for (std::size_t k = 0; k < firsts.size(); ++k) {
+    const int d = devs[static_cast<std::size_t>(firsts[k])];
+    cudaStream_t s = second[static_cast<std::size_t>(firsts[k])];
+    GPU_OK(cudaSetDevice(d));
+    GPU_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    {
+      gt::bracket ranks_of_this_gpu;
+      for (int r = 0; r < n; ++r) {
+        const std::size_t ur = static_cast<std::size_t>(r);
+        if (devs[ur] != d) continue;
+        gt::call c = float_all_reduce(b.out[ur], b.in[ur], count);
+        c.stream = s;
+        gt::enqueue(*g, r, c);
+      }
+    }
+    GPU_OK(cudaStreamEndCapture(s, &graphs[k]));
+    GPU_OK(cudaGraphInstantiate(&execs[k], graphs[k], 0));
+  }
+  GPU_OK(cudaSetDevice(0));
+  upload_inputs(b, 0, false);
+  // After the first call every rank holds S, the sum of the inputs; each later call multiplies by n.
+  std::vector<double> model(count);
+  for (std::size_t i = 0; i < count; ++i)
+    for (int q = 0; q < n; ++q) model[i] += input_value(q, i, 0);
+  int calls = 0;
+  auto stream_call = [&](bool to_pong, bool use_second) {
+    gt::bracket all_ranks;
+    for (int r = 0; r < n; ++r) {
+      const std::size_t ur = static_cast<std::size_t>(r);
+      gt::call c = to_pong ? float_all_reduce(b.in[ur], b.out[ur], count) : float_all_reduce(b.out[ur], b.in[ur], count);
+      if (use_second) c.stream = second[ur];
+      gt::enqueue(*g, r, c);
+    }
+    ++calls;
+  };
+  auto replay = [&] {
+    for (std::size_t k = 0; k < firsts.size(); ++k) GPU_OK(cudaGraphLaunch(execs[k], second[static_cast<std::size_t>(firsts[k])]));
+  };
+  stream_call(true, false); // ping -> pong (S), first streams
+  replay();                 // pong -> ping (n S)
+  stream_call(true, true);  // ping -> pong (n^2 S), second streams
+  replay();                 // pong -> ping (n^3 S)
+  stream_call(true, false); // ping -> pong (n^4 S), first streams
+  for (int r = 0; r < n; ++r) {
+    GPU_OK(cudaStreamSynchronize(stream_of(*g, r)));
+    GPU_OK(cudaStreamSynchronize(second[static_cast<std::size_t>(r)]));
+    gt::check(*g, r);
+  }
+  CHECK(calls == 3);
+  std::size_t wrong = 0;
+  std::string first;
+  std::vector<float> h(count);
+  for (int r = 0; r < n; ++r)
+    for (const bool pong : {false, true}) {
+      GPU_OK(cudaMemcpy(h.data(), pong ? b.out[static_cast<std::size_t>(r)] : b.in[static_cast<std::size_t>(r)], count * sizeof(float),
+                        cudaMemcpyDeviceToHost));
+      for (std::size_t i = 0; i < count; ++i) {
+        const double want = model[i] * n * n * n * (pong ? n : 1);
+        if (h[i] != static_cast<float>(want)) {
+          if (!wrong)
+            first = "rank " + std::to_string(r) + (pong ? " pong" : " ping") + " element " + std::to_string(i) + ": " +
+                    std::to_string(h[i]) + " != " + std::to_string(want);
+          ++wrong;
+        }
+      }
+    }
+  CHECK_MESSAGE(wrong == 0, first);
+  for (auto e : execs) cudaGraphExecDestroy(e);
+  for (auto gr : graphs) cudaGraphDestroy(gr);
+  for (cudaStream_t s : second) cudaStreamDestroy(s);
+}
+
+// Inputs from a stream-ordered pool (cudaMallocAsync): peer access does not map them, so a peer on
+// another GPU must not read them in place. The call stages them (reads_in_place says so) and the
+// result is right; on one GPU they are read in place.
+TEST_CASE("gpu pool-allocated inputs: staged when a peer is on another GPU, read in place on one GPU") {
+  int ndev = 0;
+  GPU_OK(cudaGetDeviceCount(&ndev));
+  const std::size_t count = 4000;
+  for (const bool two_gpus : {false, true}) {
+    if (two_gpus && ndev < 2) {
+      MESSAGE("one GPU: the two-GPU layout is not run");
+      continue;
+    }
+    CAPTURE(two_gpus);
+    const std::vector<int> devs = two_gpus ? std::vector<int>{0, 1} : std::vector<int>{0, 0};
+    const int n = 2;
+    auto g = gt::make_group(devs, sweep_timeout(), std::size_t{64} << 10, sweep_threads());
+    float_buffers b(n, count, devs); // outputs (cudaMalloc) and plain inputs
+    std::vector<float*> pool(n);
+    for (int r = 0; r < n; ++r) {
+      const std::size_t ur = static_cast<std::size_t>(r);
+      GPU_OK(cudaSetDevice(devs[ur]));
+      GPU_OK(cudaMallocAsync(reinterpret_cast<void**>(&pool[ur]), count * sizeof(float), stream_of(*g, r)));
+      GPU_OK(cudaStreamSynchronize(stream_of(*g, r)));
+      CHECK(gt::reads_in_place(*g, r, b.in[ur]));
+      CHECK(gt::reads_in_place(*g, r, pool[ur]) == !two_gpus);
+    }
+    GPU_OK(cudaSetDevice(0));
+    upload_inputs(b, 3, false);
+    for (int r = 0; r < n; ++r) {
+      const std::size_t ur = static_cast<std::size_t>(r);
+      GPU_OK(cudaMemcpy(pool[ur], b.in[ur], count * sizeof(float), cudaMemcpyDeviceToDevice));
+    }
+    GPU_OK(cudaDeviceSynchronize());
+    {
+      gt::bracket one_thread;
+      for (int r = 0; r < n; ++r) gt::enqueue(*g, r, float_all_reduce(pool[static_cast<std::size_t>(r)], b.out[static_cast<std::size_t>(r)], count));
+    }
+    for (int r = 0; r < n; ++r) {
+      GPU_OK(cudaStreamSynchronize(stream_of(*g, r)));
+      gt::check(*g, r);
+    }
+    std::string first;
+    CHECK_MESSAGE(count_wrong_sums(b, 3, first) == 0, first);
+    for (int r = 0; r < n; ++r) {
+      const std::size_t ur = static_cast<std::size_t>(r);
+      GPU_OK(cudaSetDevice(devs[ur]));
+      GPU_OK(cudaFreeAsync(pool[ur], stream_of(*g, r)));
+      GPU_OK(cudaStreamSynchronize(stream_of(*g, r)));
+    }
+    GPU_OK(cudaSetDevice(0));
+  }
+}
+
 // Run by CTest with CUDA_LAUNCH_BLOCKING=1 (test_gpu_emu_launch_blocking): every launch returns only
-// when its kernel has ended. One thread enqueuing both ranks cannot work (rank 0's kernel waits for a
-// rank 1 that is never launched): a timeout whose message names the variable. One thread per rank
-// works. Without the variable the case only says so.
-TEST_CASE("gpu CUDA_LAUNCH_BLOCKING=1: one thread per rank works, one thread for all ranks times out and says why") {
+// when its kernel has ended. Ranks of one GPU are one launch, so one thread for every rank works, and
+// so does one thread per rank; one thread launching for ranks on two GPUs is refused at once. Without
+// the variable the case only says so.
+TEST_CASE("gpu CUDA_LAUNCH_BLOCKING=1: ranks of one GPU work from one thread or many; one thread for two GPUs is refused") {
   const char* lb = std::getenv("CUDA_LAUNCH_BLOCKING");
   if (!(lb && lb[0] == '1')) {
     MESSAGE("CUDA_LAUNCH_BLOCKING is not 1: nothing to check here (CTest runs this case with it set)");
@@ -630,9 +919,10 @@ TEST_CASE("gpu CUDA_LAUNCH_BLOCKING=1: one thread per rank works, one thread for
   }
   const int n = 2;
   const std::size_t count = 1000;
+  const std::vector<int> devs(n, 0);
   {
-    auto g = gt::make_group(std::vector<int>(n, 0), sweep_timeout(), 0, sweep_threads());
-    float_buffers b(n, count);
+    auto g = gt::make_group(devs, sweep_timeout(), 0, sweep_threads());
+    float_buffers b(n, count, devs);
     upload_inputs(b, 0, false);
     std::vector<std::thread> th;
     std::vector<std::string> err(n);
@@ -652,21 +942,26 @@ TEST_CASE("gpu CUDA_LAUNCH_BLOCKING=1: one thread per rank works, one thread for
     CHECK_MESSAGE(count_wrong_sums(b, 0, first) == 0, first);
   }
   {
-    auto g = gt::make_group(std::vector<int>(n, 0), 1s, 0, sweep_threads());
-    float_buffers b(n, count);
-    upload_inputs(b, 0, false);
+    auto g = gt::make_group(devs, 60s, 0, sweep_threads());
+    expect_working_all_reduce(*g, count); // one thread, one bracket
+  }
+  int ndev = 0;
+  GPU_OK(cudaGetDeviceCount(&ndev));
+  if (ndev >= 2) {
+    auto g = gt::make_group({0, 1}, 60s, 0, sweep_threads());
+    float_buffers b(n, count, {0, 1});
+    const auto t0 = std::chrono::steady_clock::now();
     bool raised = false;
     try {
-      for (int r = 0; r < n; ++r)
-        gt::enqueue(*g, r, float_all_reduce(b.in[static_cast<std::size_t>(r)], b.out[static_cast<std::size_t>(r)], count));
-      for (int r = 0; r < n; ++r) GPU_OK(cudaStreamSynchronize(stream_of(*g, r)));
-      gt::check(*g, 0);
-    } catch (const braid::timeout_error& e) {
+      gt::bracket both;
+      gt::enqueue(*g, 0, float_all_reduce(b.in[0], b.out[0], count));
+    } catch (const braid::error& e) {
       raised = true;
-      MESSAGE("one thread for both ranks: " << std::string(e.what()));
+      MESSAGE("one thread for two GPUs: " << std::string(e.what()));
       CHECK(std::string(e.what()).find("CUDA_LAUNCH_BLOCKING=1") != std::string::npos);
     }
-    CHECK_MESSAGE(raised, "one thread enqueuing both ranks did not time out under CUDA_LAUNCH_BLOCKING=1");
+    CHECK_MESSAGE(raised, "one thread launching for two GPUs was not refused under CUDA_LAUNCH_BLOCKING=1");
+    CHECK(std::chrono::steady_clock::now() - t0 < 5s);
   }
 }
 

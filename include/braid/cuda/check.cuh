@@ -16,6 +16,23 @@ namespace braid::cuda_detail {
         static_cast<int>(e));
 }
 
+// A CUDA driver function by name (no libcuda link: the runtime hands it out), or nullptr when the
+// driver does not provide it. The ABI version asked for is 12.0's.
+inline void* driver_symbol(const char* name) {
+  void* f = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+#if CUDART_VERSION >= 12050
+  const cudaError_t e = cudaGetDriverEntryPointByVersion(name, &f, 12000, cudaEnableDefault, &q);
+#else
+  const cudaError_t e = cudaGetDriverEntryPoint(name, &f, cudaEnableDefault, &q);
+#endif
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return q == cudaDriverEntryPointSuccess ? f : nullptr;
+}
+
 // Makes `dev` the current device for a scope, and restores the previous one.
 struct device_guard {
   int saved = 0;

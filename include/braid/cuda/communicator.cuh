@@ -1,18 +1,22 @@
 // braid/cuda/communicator.cuh — collectives between ranks that are GPUs (or shares of one GPU) driven
-// by one process. Each rank has its own CUDA stream, buffers and staging memory; peers' memory is
-// reached through cudaDeviceEnablePeerAccess (ranks on the same GPU need nothing).
+// by one process. Each rank has its own buffers and staging memory; peers' memory is reached through
+// cudaDeviceEnablePeerAccess (ranks on the same GPU need nothing).
 //
-//   auto comms = braid::cuda::create_group({0, 0, 0, 0});   // four ranks sharing GPU 0
-//   comms[r].all_reduce(d_in, d_out, count, braid::sum{}, stream_r);  // from rank r's thread, or one
-//                                                                    // thread enqueuing for all ranks
+//   auto comms = braid::cuda::create_group({0, 1, 2, 3});   // one rank per GPU
+//   comms[r].all_reduce(d_in, d_out, count, braid::sum{}, stream_r);   // from rank r's thread, or
+//                                                                     // one thread for all ranks
+//   auto shared = braid::cuda::create_group({0, 0, 0, 0});  // four ranks sharing GPU 0: call each from
+//   { braid::cuda::group_scope grp;                         // its own thread, or bracket the calls
+//     for (int r = 0; r < 4; ++r) shared[r].all_reduce(in[r], out[r], count, braid::sum{}, s[r]); }
 //
-// Calls are stream-ordered and return at once; nothing is synchronised on the host. Every rank must
-// enqueue the same collectives in the same order, and the kernels of all ranks of a call must be able
-// to run at the same time: create_group sizes the grids so that all ranks on one GPU are co-resident
-// and refuses a configuration where they could not be. A kernel that waits longer than the timeout,
-// or sees the group aborted, returns early; check() raises that error on the host (call it after
-// synchronising the stream, or periodically). A collective is capturable in a CUDA graph: round
-// numbers live on the device, so every replay is a new round.
+// Calls are stream-ordered. Every rank must make the same collectives in the same order. The ranks
+// that share a GPU are served by one cooperative launch (braid/cuda/launcher.cuh): a call waits on
+// the host until the other ranks of its GPU have made it too (inside group_start()/group_end() it
+// returns at once instead), then returns with its stream ordered after the launch; nothing waits for
+// the kernel itself. A kernel that waits longer than the timeout, or sees the group aborted, returns
+// early; check() raises that error on the host (call it after synchronising the stream, or
+// periodically). A collective is capturable in a CUDA graph: round numbers live on the device, so
+// every replay is a new round.
 //
 // Not verified on a GPU yet: in CI this file compiles with nvcc and runs on the emulated CUDA device
 // (braid/emu: test_gpu_emu); the nvcc build of the GPU tests runs only where a GPU is present.
@@ -24,6 +28,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,6 +45,7 @@
 #include "collectives.cuh"
 #include "executor.cuh"
 #include "kernel.cuh"
+#include "launcher.cuh"
 
 namespace braid::cuda {
 
@@ -54,7 +61,7 @@ inline constexpr tuning_rule cuda_tuning[] = {
 
 struct group_options {
   options base = options::from_env();
-  int threads_per_block = 512;
+  int threads_per_block = 512;   // at most 512 (the kernels' launch bound)
   int max_blocks_per_rank = 32;
 };
 
@@ -72,16 +79,29 @@ struct group_state {
   int blocks = 1, threads = 512;
   std::uint64_t half_bytes = 0;
   std::vector<rank_memory> ranks;
+  std::vector<std::shared_ptr<device_set>> sets; // one per GPU used, in order of first appearance
+  std::vector<int> set_of, local_of;             // per rank
   cuda_detail::device_abort* abort = nullptr; // host-mapped, portable
   options opts;
+  std::mutex loaded_m;
+  std::set<const void*> loaded; // kernel instantiations loaded on every GPU of the group
   ~group_state() {
+    int saved = 0;
+    cudaGetDevice(&saved);
     for (auto& r : ranks) {
       cudaSetDevice(r.device);
       cudaDeviceSynchronize(); // no kernel of the group may still use the memory
       if (r.table) cudaFree(r.table);
       if (r.segment) cudaFree(r.segment);
     }
+    for (auto& s : sets) {
+      cudaSetDevice(s->device);
+      for (cudaEvent_t e : s->ready)
+        if (e) cudaEventDestroy(e);
+      if (s->chain) cudaEventDestroy(s->chain);
+    }
     if (abort) cudaFreeHost(abort);
+    cudaSetDevice(saved);
   }
 };
 
@@ -124,6 +144,10 @@ public:
                                std::to_string(first.peer) + " at step " + std::to_string(first.step) + " on the " +
                                gpu::device_kind() + hint, c);
     }
+    if (first.code == static_cast<unsigned>(errc::invalid_usage))
+      raise(errc::invalid_usage, "two launches of this group ran at once on rank " + std::to_string(first.rank) +
+                                     "'s GPU (a CUDA graph replayed on a stream the group's other calls are not ordered "
+                                     "with?): order them on one stream or with events; the group is stopped", c);
     raise(errc::aborted, "the group was aborted", c);
   }
   // Makes every kernel of the group return at its next check (within microseconds).
@@ -131,6 +155,23 @@ public:
     cuda_detail::record_failure(live().abort, cuda_detail::device_error{static_cast<unsigned>(errc::aborted), rank_, -1, -1, 0});
   }
 
+
+  // Whether the other ranks would read `in` (an out-of-place call's input) where it is, through peer
+  // access, rather than from a staged copy. Peer access maps memory from cudaMalloc only: memory from
+  // a stream-ordered pool (cudaMallocAsync) or from the VMM API (cuMemCreate, e.g. PyTorch's
+  // expandable segments) is staged when a peer is on another GPU. Decided per call from the
+  // pointer's attributes (CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE); staged when unsure.
+  bool reads_in_place(const void* in) const {
+    const detail::group_state& g = live();
+    if (g.sets.size() == 1) return true; // every reader is on this GPU
+    using attr_fn = int (*)(void*, int, unsigned long long);
+    static const attr_fn fn = reinterpret_cast<attr_fn>(cuda_detail::driver_symbol("cuPointerGetAttribute"));
+    if (!fn || !in) return false;
+    unsigned long long capable = 0; // the driver writes a boolean
+    constexpr int is_legacy_cuda_ipc_capable = 10; // CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE
+    if (fn(&capable, is_legacy_cuda_ipc_capable, static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(in))) != 0) return false;
+    return capable != 0;
+  }
 
   algo algorithm_for(collective c, std::uint64_t bytes, algo requested = algo::automatic) const {
     const detail::group_state& g = live();
@@ -149,6 +190,38 @@ private:
   detail::group_state& live() const {
     if (!g_) raise(errc::invalid_usage, "this CUDA communicator is empty (default-constructed or moved from)");
     return *g_;
+  }
+
+  // Loads `kernel` on every GPU of the group before its first launch (so CUDA's lazy loading never
+  // has to synchronise a GPU on which a kernel of the group may be waiting), and refuses it if the
+  // grid of a call cannot be resident at once with this instantiation's resources.
+  template <class K> static void load_everywhere(detail::group_state& g, K kernel, unsigned grid, const error_context& ctx) {
+    {
+      std::lock_guard<std::mutex> lk(g.loaded_m);
+      if (g.loaded.count(reinterpret_cast<const void*>(kernel))) return;
+    }
+    for (const auto& set : g.sets) {
+      cuda_detail::device_guard dg(set->device);
+      cudaFuncAttributes fa{};
+      BRAID_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+      if (fa.maxThreadsPerBlock < g.threads)
+        raise(errc::unsupported, "this collective's kernel (element type and operator) can run at most " +
+                                     std::to_string(fa.maxThreadsPerBlock) + " threads per block on GPU " +
+                                     std::to_string(set->device) + " and the group uses " + std::to_string(g.threads) +
+                                     ": create the group with a smaller group_options::threads_per_block", ctx);
+      int per_sm = 0, sms = 0;
+      BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, g.threads, 0));
+      BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, set->device));
+      const unsigned here = static_cast<unsigned>(g.blocks) * static_cast<unsigned>(set->ranks.size());
+      if (static_cast<std::uint64_t>(per_sm) * static_cast<unsigned>(sms) < here)
+        raise(errc::unsupported, "GPU " + std::to_string(set->device) + " can hold " + std::to_string(per_sm * sms) +
+                                     " blocks of this collective's kernel at once and a call needs " + std::to_string(here) +
+                                     " (" + std::to_string(set->ranks.size()) + " ranks x " + std::to_string(g.blocks) +
+                                     "): lower group_options::max_blocks_per_rank or threads_per_block", ctx);
+    }
+    (void)grid;
+    std::lock_guard<std::mutex> lk(g.loaded_m);
+    g.loaded.insert(reinterpret_cast<const void*>(kernel));
   }
 
   friend class detail::stream_collectives<communicator>;
@@ -182,20 +255,28 @@ private:
       cuda_detail::launch_args la{};
       la.ranks = g.ranks[static_cast<std::size_t>(r)].table;
       la.nranks = n;
-      la.rank = r;
       la.root = root;
       la.coll = c;
-      la.in = in;
-      la.out = out;
       la.count = count;
       la.per_round = per;
       la.rounds = schedule::nrounds(count, per);
       la.half_bytes = g.half_bytes;
-      la.in_desc = !in_place && reads_in ? static_cast<std::uint64_t>(lo(in)) : 0;
       la.abort = g.abort;
       la.timeout_ns = static_cast<std::uint64_t>(g.opts.timeout.count());
-      BRAID_CUDA_CHECK(gpu::launch(&cuda_detail::collective_kernel<S, T, Op>, static_cast<unsigned>(g.blocks),
-                                   static_cast<unsigned>(g.threads), 0, stream, la, op));
+      const bool zero_copy = !in_place && reads_in && reads_in_place(in);
+      const cuda_detail::rank_call mine{r, in, out, zero_copy ? static_cast<std::uint64_t>(lo(in)) : 0};
+      auto kernel = &cuda_detail::collective_kernel<S, T, Op>;
+      const detail::call_signature sig{c, count, root, sizeof(T), reinterpret_cast<const void*>(kernel)};
+      const auto& set = g.sets[static_cast<std::size_t>(g.set_of[static_cast<std::size_t>(r)])];
+      const unsigned grid = static_cast<unsigned>(g.blocks) * static_cast<unsigned>(set->ranks.size());
+      const unsigned threads = static_cast<unsigned>(g.threads);
+      load_everywhere(g, kernel, grid, ctx);
+      detail::arrive(g_, set,
+                     g.local_of[static_cast<std::size_t>(r)], r, sig, la, mine, stream, g.opts.timeout, g.abort,
+                     static_cast<int>(g.sets.size()),
+                     [&](cudaStream_t st, const cuda_detail::launch_args& args) {
+                       return gpu::launch_cooperative(kernel, grid, threads, 0, st, args, op);
+                     });
     });
   }
 };
@@ -211,11 +292,16 @@ inline std::vector<communicator> create_group(const std::vector<int>& devices, c
     if (d < 0 || d >= count) raise(errc::invalid_argument, "create_group: device " + std::to_string(d) + " does not exist");
   if (o.max_blocks_per_rank < 1) raise(errc::invalid_argument, "create_group: max_blocks_per_rank must be at least 1");
   for (int d : devices) {
-    int most = 0;
+    int most = 0, coop = 0;
     BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxThreadsPerBlock, d));
+    most = std::min(most, cuda_detail::max_threads_per_block);
     if (o.threads_per_block < 1 || o.threads_per_block > most)
       raise(errc::invalid_argument, "create_group: threads_per_block must be within [1, " + std::to_string(most) + "] on GPU " +
                                         std::to_string(d));
+    BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, d));
+    if (!coop)
+      raise(errc::unsupported, "create_group: GPU " + std::to_string(d) +
+                                   " does not support cooperative launches, which braid's kernels need to be resident at once");
   }
   auto g = std::make_shared<detail::group_state>();
   g->nranks = n;
@@ -234,20 +320,16 @@ inline std::vector<communicator> create_group(const std::vector<int>& devices, c
       if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
       else if (e != cudaSuccess) cuda_detail::raise_cuda(e, "cudaDeviceEnablePeerAccess", __FILE__, __LINE__);
     }
-  // Co-residency: all ranks on one GPU must run their kernels at once. Every collective kernel uses
-  // at most 128 registers per thread at this block size (checked below for the heaviest), so one
-  // block per SM always fits; plan for that, and use at most half the SMs for braid.
+  // The ranks of a GPU share one cooperative launch (launcher.cuh), which CUDA runs only when all of
+  // its blocks fit: use at most half the SMs (one block each), so that the user's kernels keep room
+  // beside braid's. Whether a given instantiation fits is checked before its first launch.
   int blocks = o.max_blocks_per_rank;
   for (int d : devices) {
     const int on_d = static_cast<int>(std::count(devices.begin(), devices.end(), d));
-    cuda_detail::device_guard dg(d);
-    int sms = 0, per_sm = 0;
+    if (on_d > cuda_detail::max_local_ranks)
+      raise(errc::invalid_argument, "create_group: at most " + std::to_string(cuda_detail::max_local_ranks) + " ranks on one GPU");
+    int sms = 0;
     BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d));
-    BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, cuda_detail::collective_kernel<schedule::halving_doubling, double, avg<>>, g->threads, 0));
-    if (per_sm < 1 || sms < on_d)
-      raise(errc::unsupported, "GPU " + std::to_string(d) + " cannot keep the kernels of " + std::to_string(on_d) +
-                                   " ranks resident at once (" + std::to_string(sms) + " SMs)");
     blocks = std::min(blocks, std::max(1, sms / on_d / 2));
   }
   g->blocks = blocks;
@@ -283,6 +365,38 @@ inline std::vector<communicator> create_group(const std::vector<int>& devices, c
   for (int r = 0; r < n; ++r) {
     cuda_detail::device_guard dg(g->ranks[static_cast<std::size_t>(r)].device);
     BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  // The ranks of each GPU, and what their launches share.
+  g->set_of.assign(static_cast<std::size_t>(n), -1);
+  g->local_of.assign(static_cast<std::size_t>(n), -1);
+  for (int r = 0; r < n; ++r) {
+    const int d = devices[static_cast<std::size_t>(r)];
+    int k = 0;
+    while (k < static_cast<int>(g->sets.size()) && g->sets[static_cast<std::size_t>(k)]->device != d) ++k;
+    if (k == static_cast<int>(g->sets.size())) {
+      auto set = std::make_shared<detail::device_set>();
+      set->device = d;
+      set->blocks_per_rank = static_cast<unsigned>(g->blocks);
+      // The in-flight word and exit counter live in the control page of the GPU's first rank.
+      auto* ctl = static_cast<std::byte*>(g->ranks[static_cast<std::size_t>(r)].segment);
+      set->busy = reinterpret_cast<cuda_detail::u64*>(ctl + 512);
+      set->exits = reinterpret_cast<cuda_detail::u64*>(ctl + 640);
+      g->sets.push_back(set);
+    }
+    auto& set = *g->sets[static_cast<std::size_t>(k)];
+    g->set_of[static_cast<std::size_t>(r)] = k;
+    g->local_of[static_cast<std::size_t>(r)] = static_cast<int>(set.ranks.size());
+    set.ranks.push_back(r);
+  }
+  for (auto& set : g->sets) {
+    cuda_detail::device_guard dg(set->device);
+    const std::size_t L = set->ranks.size();
+    set->next_seq.assign(L, 0);
+    set->last_thread.assign(L, std::thread::id{});
+    set->ready.assign(L, nullptr);
+    if (L > 1)
+      for (auto& e : set->ready) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&set->chain, cudaEventDisableTiming));
   }
   std::vector<communicator> out(static_cast<std::size_t>(n));
   for (int r = 0; r < n; ++r) {

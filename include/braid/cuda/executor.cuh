@@ -1,12 +1,16 @@
-// braid/cuda/executor.cuh — replays a schedule in one kernel per collective per rank: the GPU twin of
-// transport/host/executor.hpp, with the same rounds, halves, progress words and write-once windows.
+// braid/cuda/executor.cuh — replays a schedule on the GPU: the twin of transport/host/executor.hpp,
+// with the same rounds, halves, progress words and write-once windows.
 //
-// All blocks of a rank's kernel share each step: thread 0 of every block waits (bounded) for the
-// sources' progress, the whole grid reduces the step's chunks with a grid-stride loop, and the last
-// block to arrive on the step's counter posts the rank's progress word. Round numbers come from a
-// device-side counter read at kernel start and advanced at kernel end, so a collective captured in a
-// CUDA graph uses fresh rounds on every replay. A kernel that times out or sees the group's abort
-// flag returns early and leaves the error for the host (communicator::check()).
+// One launch per call per GPU serves every rank of the group on that GPU: the grid is partitioned,
+// `blocks_per_rank` consecutive blocks per rank, and it is a cooperative launch, so CUDA guarantees
+// that all of its blocks are resident together. Within a rank's share, thread 0 of every block waits
+// (bounded) for the sources' progress, the share reduces the step's chunks with a stride loop, and the
+// last block of the share to arrive on the step's counter posts the rank's progress word. A kernel
+// waits only on blocks of its own launch and on kernels of other GPUs (the assumption NCCL makes too).
+// Round numbers come from a device-side counter per rank, read at kernel start and advanced at kernel
+// end, so a collective captured in a CUDA graph uses fresh rounds on every replay. A kernel that times
+// out or sees the group's abort flag returns early and leaves the error for the host
+// (communicator::check()).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +22,8 @@
 namespace braid::cuda_detail {
 
 inline constexpr int max_steps = 254; // per round; the host refuses schedules with more
+inline constexpr int max_local_ranks = 64; // ranks of one group on one GPU (one launch serves them all)
+inline constexpr int max_threads_per_block = 512; // the collective kernel's launch bound
 
 // What every rank's kernel needs to know about rank r (device pointers, valid on every GPU of the
 // group through peer access).
@@ -29,37 +35,49 @@ struct device_rank {
   u64* round;          // last round id used by this rank's kernels
 };
 
-struct launch_args {
-  const device_rank* ranks; // [nranks], in this rank's device memory
-  int nranks, rank, root;
-  collective coll;
+// One rank's part of a call.
+struct rank_call {
+  int rank;
   const void* in;
   void* out;
+  std::uint64_t in_desc; // non-zero: peers read `in` in place (zero-copy)
+};
+
+// What a launch on one GPU needs: the call, and the part of every rank of the group on that GPU.
+struct launch_args {
+  const device_rank* ranks; // [nranks], in this GPU's memory
+  int nranks, root;
+  collective coll;
   std::uint64_t count;      // elements per block
   std::uint64_t per_round;  // elements per block per round
   std::uint64_t rounds;
   std::uint64_t half_bytes;
-  std::uint64_t in_desc;    // non-zero: peers read `in` in place (zero-copy)
   device_abort* abort;      // host-mapped, shared by the group
   u64 timeout_ns;
+  u64* busy;                // this GPU's in-flight word: 1 while a launch of the group runs here
+  u64* exits;               // this GPU's launch exit counter
+  unsigned blocks_per_rank; // the grid is local * blocks_per_rank blocks
+  int local;                // ranks of the group on this GPU
+  rank_call calls[max_local_ranks];
 };
 
-// Block arrival on slot `s` of round parity `h`; the last of gridDim.x blocks posts `word`.
-// The counter's acq_rel add orders the other blocks' data writes (made visible by their fences)
-// before the post; progress only ever grows (fetch_max).
-BRAID_DEVICE bool arrive(u64* counter) {
+// Block arrival on `counter`, shared by `blocks` blocks; true for the last of them. The counter's
+// acq_rel add orders the other blocks' data writes (made visible by their fences) before whatever
+// the last block does next; the counter is never reset (old % blocks).
+BRAID_DEVICE bool arrive(u64* counter, unsigned blocks) {
   gpu::sync_block();
   bool last = false;
   if (gpu::thread_index() == 0) {
     gpu::fence_system();
     const u64 old = gpu::atomic_ref<u64, gpu::scope::device>(*counter).fetch_add(1, gpu::memory_order::acq_rel);
-    last = old % gpu::grid_size() == gpu::grid_size() - 1;
+    last = old % blocks == blocks - 1;
   }
   return last;
 }
-BRAID_DEVICE void arrive_and_post(const launch_args& a, std::uint64_t h, int s, u64 word) {
-  const device_rank& me = a.ranks[a.rank];
-  if (arrive(me.arrivals + h * (max_steps + 2) + s)) post_max_release(me.progress, word);
+// The last block of rank r's share posts `word` (progress only ever grows: fetch_max).
+BRAID_DEVICE void arrive_and_post(const launch_args& a, int r, std::uint64_t h, int s, u64 word) {
+  const device_rank& me = a.ranks[r];
+  if (arrive(me.arrivals + h * (max_steps + 2) + s, a.blocks_per_rank)) post_max_release(me.progress, word);
 }
 
 template <class S, class T, class Op>
@@ -67,10 +85,20 @@ BRAID_KERNEL void collective_kernel(launch_args a, Op op) {
   using schedule::chunk_span;
   BRAID_SHARED u64 round0;
   BRAID_SHARED int stop;
-  const int n = a.nranks, r = a.rank;
+  const unsigned thread = gpu::thread_index();
+  // This block's rank, and its place in that rank's share of the grid.
+  const int local = static_cast<int>(gpu::block_index() / a.blocks_per_rank);
+  const unsigned block = gpu::block_index() % a.blocks_per_rank;
+  const rank_call& me = a.calls[local];
+  const int n = a.nranks, r = me.rank;
   const device_rank* ranks = a.ranks;
-  const unsigned thread = gpu::thread_index(), block = gpu::block_index();
   if (thread == 0) {
+    if (gpu::block_index() == 0 &&
+        gpu::atomic_ref<u64, gpu::scope::device>(*a.busy).exchange(1, gpu::memory_order::acq_rel) != 0) {
+      // Another launch of this group is running on this GPU: two calls overlap (a graph replayed on
+      // a stream the group's calls are not ordered with). Their rounds would collide: stop the group.
+      record_failure(a.abort, device_error{static_cast<unsigned>(errc::invalid_usage), r, -1, -3, 0});
+    }
     // Written by this rank's previous kernel, which ended before this one began (a relaxed atomic load,
     // as the volatile load it replaces: nothing may be cached from before the launch).
     round0 = gpu::atomic_ref<u64, gpu::scope::device>(*ranks[r].round).load(gpu::memory_order::relaxed);
@@ -81,9 +109,9 @@ BRAID_KERNEL void collective_kernel(launch_args a, Op op) {
   const int nph = S::nphases(a.coll, n);
   const schedule::chunk_map<T> map(a.coll, n, r, a.root, a.count, a.per_round);
   const std::uint64_t tid = static_cast<std::uint64_t>(block) * gpu::block_size() + thread;
-  const std::uint64_t nthreads = static_cast<std::uint64_t>(gpu::grid_size()) * gpu::block_size();
-  const T* in = static_cast<const T*>(a.in);
-  T* out = static_cast<T*>(a.out);
+  const std::uint64_t nthreads = static_cast<std::uint64_t>(a.blocks_per_rank) * gpu::block_size();
+  const T* in = static_cast<const T*>(me.in);
+  T* out = static_cast<T*>(me.out);
   auto slot = [&](int q, std::uint64_t h, int region, std::uint32_t c, const chunk_span& s) -> T* {
     return map.slot(ranks[q].half[h], region, c, s);
   };
@@ -109,8 +137,8 @@ BRAID_KERNEL void collective_kernel(launch_args a, Op op) {
         if (q != r) wait(q, (R - 1) << 24, -1);
     gpu::sync_block();
     if (stop) return;
-    if (a.in_desc) {
-      if (block == 0 && thread == 0) ranks[r].in_desc[h] = a.in_desc;
+    if (me.in_desc) {
+      if (block == 0 && thread == 0) ranks[r].in_desc[h] = me.in_desc;
     } else {
       if (block == 0 && thread == 0) ranks[r].in_desc[h] = 0;
       for (std::uint32_t c = 0; c < P; ++c) {
@@ -122,7 +150,7 @@ BRAID_KERNEL void collective_kernel(launch_args a, Op op) {
                        tid, nthreads);
       }
     }
-    arrive_and_post(a, h, 0, (R << 24) | 1);
+    arrive_and_post(a, r, h, 0, (R << 24) | 1);
 
     const int nsteps = S::nsteps(sa);
     for (int j = 0; j < nsteps; ++j) {
@@ -157,16 +185,19 @@ BRAID_KERNEL void collective_kernel(launch_args a, Op op) {
         if (!w && !o) continue;
         reduce_copy<T>(srcs, ns, o ? o : w, o ? w : nullptr, sp.count, op, st.final, n, tid, nthreads);
       }
-      arrive_and_post(a, h, j + 1, (R << 24) | static_cast<u64>(j + 2));
+      arrive_and_post(a, r, h, j + 1, (R << 24) | static_cast<u64>(j + 2));
     }
-    arrive_and_post(a, h, max_steps + 1, (R + 1) << 24);
+    arrive_and_post(a, r, h, max_steps + 1, (R + 1) << 24);
   }
-  if (a.in_desc && a.rounds)
+  if (me.in_desc && a.rounds)
     for (int q = 0; q < n; ++q)
       if (q != r) wait(q, (R + 1) << 24, -2);
-  // The last block to leave advances the round counter for the next kernel on this stream (stream
-  // order makes it visible before that kernel starts; every block read it before arriving here).
-  if (arrive(ranks[r].arrivals + 2 * (max_steps + 2)) && thread == 0) *ranks[r].round = round0 + a.rounds;
+  // The last block of the share advances the rank's round counter for the group's next launch on this
+  // GPU (ordered after this one: the communicator chains them; every block read it before arriving).
+  if (arrive(ranks[r].arrivals + 2 * (max_steps + 2), a.blocks_per_rank) && thread == 0) *ranks[r].round = round0 + a.rounds;
+  // The last block of the launch clears the in-flight word.
+  if (arrive(a.exits, gpu::grid_size()) && thread == 0)
+    gpu::atomic_ref<u64, gpu::scope::device>(*a.busy).store(0, gpu::memory_order::release);
 }
 
 } // namespace braid::cuda_detail

@@ -14,6 +14,8 @@
 //   gpu::sleep_ns(ns)                 __nanosleep; on the emulator a yield point
 //   gpu::launch(kernel, grid, block, shared_bytes, stream, args...)   instead of <<<...>>>; returns
 //                                     the launch's cudaError_t (what cudaGetLastError would say)
+//   gpu::launch_cooperative(...)      the same as a cooperative launch (cudaLaunchCooperativeKernel):
+//                                     every block resident at once, or cudaErrorCooperativeLaunchTooLarge
 //
 // Memory ordering on the emulator: atomic_ref is std::atomic_ref with the same orders (scopes are
 // all system scope on a CPU), so the cross-rank protocol is a C++ memory-model program there. fence_system
@@ -24,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -105,6 +108,21 @@ cudaError_t launch(void (*kernel)(P...), unsigned grid, unsigned block, std::siz
   kernel<<<grid, block, shared_bytes, stream>>>(std::forward<A>(args)...);
   return cudaGetLastError();
 }
+template <class... P, class... A>
+cudaError_t launch_cooperative(void (*kernel)(P...), unsigned grid, unsigned block, std::size_t shared_bytes,
+                               cudaStream_t stream, A&&... args) {
+  static_assert(sizeof...(P) == sizeof...(A), "braid::gpu::launch: the arguments do not match the kernel's parameters");
+  std::tuple<std::decay_t<P>...> params(std::forward<A>(args)...);
+  return std::apply(
+      [&](auto&... p) {
+        void* ptrs[] = {static_cast<void*>(&p)...};
+        const cudaError_t e = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(block), ptrs,
+                                                          shared_bytes, stream);
+        if (e != cudaSuccess) (void)cudaGetLastError(); // returned here; not left for the next check
+        return e;
+      },
+      params);
+}
 
 inline const char* device_kind() { return "CUDA GPU"; }
 
@@ -175,6 +193,11 @@ template <class... P, class... A>
 cudaError_t launch(void (*kernel)(P...), unsigned grid, unsigned block, std::size_t shared_bytes, cudaStream_t stream,
                    A&&... args) {
   return emu::launch(kernel, grid, block, shared_bytes, stream, std::forward<A>(args)...);
+}
+template <class... P, class... A>
+cudaError_t launch_cooperative(void (*kernel)(P...), unsigned grid, unsigned block, std::size_t shared_bytes,
+                               cudaStream_t stream, A&&... args) {
+  return emu::launch_cooperative(kernel, grid, block, shared_bytes, stream, std::forward<A>(args)...);
 }
 
 inline const char* device_kind() { return emu::device_kind(); }

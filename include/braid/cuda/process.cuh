@@ -113,16 +113,7 @@ inline allocation find_allocation(const void* p, const error_context& ctx) {
               ": only device memory (cudaMalloc) can be shared with other processes",
           ctx);
   using range_fn = int (*)(unsigned long long*, std::size_t*, unsigned long long);
-  static const range_fn fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-#if CUDART_VERSION >= 12050
-    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault, &q) != cudaSuccess) return range_fn{};
-#else
-    if (cudaGetDriverEntryPoint("cuMemGetAddressRange", &f, cudaEnableDefault, &q) != cudaSuccess) return range_fn{};
-#endif
-    return q == cudaDriverEntryPointSuccess ? reinterpret_cast<range_fn>(f) : range_fn{};
-  }();
+  static const range_fn fn = reinterpret_cast<range_fn>(cuda_detail::driver_symbol("cuMemGetAddressRange"));
   if (!fn) raise(errc::unsupported, "the CUDA driver does not provide cuMemGetAddressRange", ctx);
   unsigned long long base = 0;
   std::size_t size = 0;

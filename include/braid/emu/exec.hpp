@@ -105,6 +105,7 @@ struct kernel_job {
   void (*invoke)(const void* args) = nullptr; // runs the kernel body once, for the calling CUDA thread
   std::shared_ptr<const void> args;           // the launch's arguments (each thread gets its own copy)
   unsigned grid = 1, block = 1;
+  bool cooperative = false; // all blocks start together, or none (cudaLaunchCooperativeKernel)
   // Progress, under the device scheduler's mutex: the launch is done when no block is left.
   unsigned next_block = 0;
   unsigned blocks_left = 0;
@@ -326,6 +327,8 @@ private:
         queue_.pop_front();
         continue;
       }
+      if (j->cooperative && j->next_block == 0 && free_slots_locked(j->block) < j->grid)
+        return; // a cooperative grid starts only when all of it fits (the launch checked that it can)
       unsigned best = shape_.sms;
       for (unsigned s = 0; s < shape_.sms; ++s) {
         if (sm_threads_[s] + j->block > shape_.threads_per_sm || sm_blocks_[s] + 1 > shape_.blocks_per_sm) continue;
@@ -344,6 +347,16 @@ private:
       }
       w->assign(j, j->next_block++, best);
     }
+  }
+
+  // How many more blocks of `threads` threads the SMs have room for now.
+  unsigned free_slots_locked(unsigned threads) const {
+    unsigned n = 0;
+    for (unsigned s = 0; s < shape_.sms; ++s) {
+      const unsigned by_threads = (shape_.threads_per_sm - sm_threads_[s]) / threads;
+      n += std::min(by_threads, shape_.blocks_per_sm - sm_blocks_[s]);
+    }
+    return n;
   }
 
   // A worker finished block `bid` of `j` on SM `sm`.

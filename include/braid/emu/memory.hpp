@@ -35,6 +35,7 @@ struct allocation {
   std::size_t size = 0;     // as requested
   int device = -1;          // device memory: its device; host and managed: -1
   mem_kind kind = mem_kind::device;
+  bool pool = false;        // from cudaMallocAsync (a stream-ordered pool): not exportable, not legacy IPC capable
   unsigned host_flags = 0;  // cudaHostAlloc flags
   // The mapping: [map, map + map_len) with guard pages at both ends.
   void* map = nullptr;
@@ -114,10 +115,11 @@ public:
   }
 
   // Device memory on `device` (shareable with other processes). Null on failure.
-  void* alloc_device(int device, std::size_t bytes, bool poison) {
+  void* alloc_device(int device, std::size_t bytes, bool poison, bool pool = false) {
     allocation a;
     a.id = random64();
     a.device = device;
+    a.pool = pool;
     a.kind = mem_kind::device;
     a.size = bytes;
     char name[64];
@@ -176,7 +178,7 @@ public:
   // Exports the device allocation holding p.
   bool export_handle(const void* p, ipc_wire& w) const {
     allocation a;
-    if (!find(p, 0, a) || a.kind != mem_kind::device) return false;
+    if (!find(p, 0, a) || a.kind != mem_kind::device || a.pool) return false;
     std::memset(&w, 0, sizeof w);
     w.magic = ipc_magic;
     w.pid = static_cast<std::int32_t>(::getpid());

@@ -121,7 +121,7 @@ inline cudaError_t check_copy(const char* call, void* dst, std::size_t dst_bytes
 
 // Records `node` into the stream's capture if it has one; returns true if it did (or the capture
 // was invalidated: then `err` says so).
-inline bool captured(stream_state& s, const std::function<void()>& node, cudaError_t& err) {
+inline bool captured(stream_state& s, const graph_node& node, cudaError_t& err) {
   std::lock_guard<std::mutex> lk(rt().lock());
   capture_state* c = s.capture;
   if (!c) return false;
@@ -159,7 +159,7 @@ inline cudaError_t submit(const char* call, cudaStream_t h, std::function<void()
   std::shared_ptr<stream_state> s;
   if (const cudaError_t e = stream_for(call, h, s)) return e;
   cudaError_t err = cudaSuccess;
-  if (captured(*s, run, err)) return err;
+  if (captured(*s, graph_node{run}, err)) return err;
   rt().enqueue(*s, std::move(run));
   return cudaSuccess;
 }
@@ -194,6 +194,17 @@ inline int mem_get_address_range(unsigned long long* base, std::size_t* size, un
   return 0;
 }
 
+// The function cudaGetDriverEntryPoint hands out for "cuPointerGetAttribute": only
+// CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE (10) is emulated (CUresult 1 otherwise, and for a
+// pointer outside every allocation).
+inline int pointer_get_attribute(void* data, int attribute, unsigned long long p) {
+  if (attribute != 10 || !data) return 1;
+  allocation a;
+  if (!rt().memory().find(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(p)), 0, a)) return 1;
+  *static_cast<unsigned char*>(data) = a.kind == mem_kind::device && !a.pool; // a boolean
+  return 0;
+}
+
 // One kernel launch, type-erased: the kernel and a copy of its arguments converted to the parameter
 // types (each emulated thread calls the kernel with its own copy, as CUDA gives each thread its own
 // parameters).
@@ -217,9 +228,12 @@ namespace braid::emu {
 
 // Launches `kernel` on `grid` blocks of `block` threads on `stream` (stream-ordered, like <<<>>>):
 // the emulated side of braid::gpu::launch. Returns what cudaGetLastError would after a launch.
+// A cooperative launch (cudaLaunchCooperativeKernel): refused with cudaErrorCooperativeLaunchTooLarge
+// when the grid cannot be resident all at once on an idle device; otherwise its blocks start only
+// together, when the device has room for all of them.
 template <class... P, class... A>
-cudaError_t launch(void (*kernel)(P...), unsigned grid, unsigned block, std::size_t shared_bytes, cudaStream_t stream,
-                   A&&... args) {
+cudaError_t launch_as(bool cooperative, void (*kernel)(P...), unsigned grid, unsigned block, std::size_t shared_bytes,
+                      cudaStream_t stream, A&&... args) {
   using namespace detail;
   static_assert(sizeof...(P) == sizeof...(A), "braid::emu::launch: the arguments do not match the kernel's parameters");
   BRAID_EMU_ENTER();
@@ -228,6 +242,11 @@ cudaError_t launch(void (*kernel)(P...), unsigned grid, unsigned block, std::siz
     diag("kernel launch", "invalid configuration: " + std::to_string(grid) + " blocks of " + std::to_string(block) +
                               " threads, " + std::to_string(shared_bytes) + " bytes of dynamic shared memory");
     return fail(cudaErrorInvalidConfiguration);
+  }
+  if (cooperative && grid > m.blocks_per_sm_for(block) * m.sms) {
+    diag("cooperative kernel launch", std::to_string(grid) + " blocks of " + std::to_string(block) + " threads cannot be resident at once (" +
+                                          std::to_string(m.blocks_per_sm_for(block) * m.sms) + " at most)");
+    return fail(cudaErrorCooperativeLaunchTooLarge);
   }
   std::shared_ptr<stream_state> s;
   if (const cudaError_t e = stream_for("kernel launch", stream, s)) return fail(e);
@@ -238,18 +257,30 @@ cudaError_t launch(void (*kernel)(P...), unsigned grid, unsigned block, std::siz
   }
   auto call = std::make_shared<kernel_call<P...>>(kernel_call<P...>{kernel, {std::forward<A>(args)...}});
   device_exec* dev = &rt().device(s->device);
-  std::function<void()> run = [call, dev, grid, block] {
+  std::function<void()> run = [call, dev, grid, block, cooperative] {
     kernel_job j;
     j.invoke = &kernel_call<P...>::invoke;
     j.args = call;
     j.grid = grid;
     j.block = block;
+    j.cooperative = cooperative;
     dev->execute(j);
   };
   cudaError_t err = cudaSuccess;
-  if (captured(*s, run, err)) return fail(err);
+  if (captured(*s, graph_node{run}, err)) return fail(err);
   rt().enqueue(*s, std::move(run));
   return cudaSuccess;
+}
+
+template <class... P, class... A>
+cudaError_t launch(void (*kernel)(P...), unsigned grid, unsigned block, std::size_t shared_bytes, cudaStream_t stream,
+                   A&&... args) {
+  return launch_as(false, kernel, grid, block, shared_bytes, stream, std::forward<A>(args)...);
+}
+template <class... P, class... A>
+cudaError_t launch_cooperative(void (*kernel)(P...), unsigned grid, unsigned block, std::size_t shared_bytes,
+                               cudaStream_t stream, A&&... args) {
+  return launch_as(true, kernel, grid, block, shared_bytes, stream, std::forward<A>(args)...);
 }
 
 // Which runtime a binary runs on (for logs and test headers).
@@ -429,7 +460,7 @@ inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr attr, int d) {
   case cudaDevAttrComputeCapabilityMajor: *v = 9; return cudaSuccess;
   case cudaDevAttrComputeCapabilityMinor: *v = 0; return cudaSuccess;
   case cudaDevAttrHostNativeAtomicSupported: *v = 1; return cudaSuccess;
-  case cudaDevAttrCooperativeLaunch: *v = 0; return cudaSuccess;
+  case cudaDevAttrCooperativeLaunch: *v = 1; return cudaSuccess;
   case cudaDevAttrMaxBlocksPerMultiprocessor: *v = static_cast<int>(m.blocks_per_sm); return cudaSuccess;
   case cudaDevAttrMemoryPoolsSupported: *v = 0; return cudaSuccess;
   }
@@ -511,6 +542,45 @@ template <class T> inline cudaError_t cudaMallocManaged(T** p, std::size_t bytes
 }
 
 // Frees device or managed memory; waits for the device's work first (cudaFree synchronises).
+// Stream-ordered pool memory: allocated at once (a valid order), freed when the stream reaches the
+// free. Marked as pool memory: not exportable over IPC, not legacy-IPC capable (cuPointerGetAttribute),
+// as CUDA's pools are; peer access to it is not enforced here (nor is any peer access).
+inline cudaError_t cudaMallocAsync(void** p, std::size_t bytes, cudaStream_t stream) {
+  using namespace braid::emu::detail;
+  BRAID_EMU_ENTER();
+  if (!p) return fail(cudaErrorInvalidValue);
+  *p = nullptr;
+  std::shared_ptr<stream_state> s;
+  if (const cudaError_t e = stream_for("cudaMallocAsync", stream, s)) return fail(e);
+  if (s->capture) {
+    invalidate_capture(*s);
+    diag("cudaMallocAsync", "allocation nodes in a capture are not emulated");
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
+  if (bytes == 0) return cudaSuccess;
+  const int dev = s->legacy ? tls_device : s->device;
+  if (bytes > device_memory_bytes || rt().memory().device_bytes(dev) + bytes > device_memory_bytes)
+    return fail(cudaErrorMemoryAllocation);
+  void* m = rt().memory().alloc_device(dev, bytes, rt().poison(), true);
+  if (!m) return fail(cudaErrorMemoryAllocation);
+  *p = m;
+  return cudaSuccess;
+}
+template <class T> inline cudaError_t cudaMallocAsync(T** p, std::size_t bytes, cudaStream_t stream) {
+  return cudaMallocAsync(reinterpret_cast<void**>(p), bytes, stream);
+}
+inline cudaError_t cudaFreeAsync(void* p, cudaStream_t stream) {
+  using namespace braid::emu::detail;
+  BRAID_EMU_ENTER();
+  if (!p) return cudaSuccess;
+  allocation a;
+  if (!rt().memory().find(p, 0, a) || a.base != reinterpret_cast<std::uintptr_t>(p) || a.kind != mem_kind::device) {
+    diag("cudaFreeAsync", hex(p) + " is not the start of a device allocation");
+    return fail(cudaErrorInvalidValue);
+  }
+  return fail(submit("cudaFreeAsync", stream, [p] { rt().memory().free_base(p, mem_kind::device); }));
+}
+
 inline cudaError_t cudaFree(void* p) {
   using namespace braid::emu::detail;
   BRAID_EMU_ENTER();
@@ -624,7 +694,7 @@ inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes
     run = [dst, src, bytes] { std::memmove(dst, src, bytes); };
   }
   cudaError_t err = cudaSuccess;
-  if (captured(*s, run, err)) return fail(err);
+  if (captured(*s, graph_node{run}, err)) return fail(err);
   rt().enqueue(*s, std::move(run));
   return cudaSuccess;
 }
@@ -792,6 +862,21 @@ inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream = nullptr)
   return cudaSuccess;
 }
 
+inline cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t stream = nullptr, unsigned flags = 0) {
+  using namespace braid::emu::detail;
+  BRAID_EMU_ENTER();
+  if (flags == cudaEventRecordDefault) return cudaEventRecord(e, stream);
+  auto* ev = reinterpret_cast<event_state*>(e);
+  if (!rt().live_event(ev)) return fail(cudaErrorInvalidResourceHandle);
+  if (flags != cudaEventRecordExternal) return fail(cudaErrorInvalidValue);
+  std::shared_ptr<stream_state> s;
+  if (const cudaError_t err = stream_for("cudaEventRecordWithFlags", stream, s)) return fail(err);
+  cudaError_t err = cudaSuccess;
+  if (captured(*s, graph_node{{}, nullptr, ev}, err)) return fail(err);
+  diag("cudaEventRecordWithFlags", "cudaEventRecordExternal is valid only during a stream capture");
+  return fail(cudaErrorInvalidValue);
+}
+
 inline cudaError_t cudaEventQuery(cudaEvent_t e) {
   using namespace braid::emu::detail;
   BRAID_EMU_ENTER();
@@ -829,9 +914,16 @@ inline cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsig
   using namespace braid::emu::detail;
   BRAID_EMU_ENTER();
   auto* ev = reinterpret_cast<event_state*>(e);
-  if (flags != 0 || !rt().live_event(ev)) return fail(cudaErrorInvalidResourceHandle);
+  if (!rt().live_event(ev)) return fail(cudaErrorInvalidResourceHandle);
+  if (flags & ~cudaEventWaitExternal) return fail(cudaErrorInvalidValue);
   std::shared_ptr<stream_state> s;
   if (const cudaError_t err = stream_for("cudaStreamWaitEvent", stream, s)) return fail(err);
+  if (flags & cudaEventWaitExternal) {
+    cudaError_t err = cudaSuccess;
+    if (captured(*s, graph_node{{}, ev, nullptr}, err)) return fail(err);
+    diag("cudaStreamWaitEvent", "cudaEventWaitExternal is valid only during a stream capture");
+    return fail(cudaErrorInvalidValue);
+  }
   auto rec = rt().record_of(ev);
   if (!rec) return cudaSuccess;
   if (s->capture) {
@@ -926,7 +1018,7 @@ inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t* e, cudaGraph_t g, unsig
 inline cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t stream) {
   using namespace braid::emu::detail;
   BRAID_EMU_ENTER();
-  std::vector<std::function<void()>> nodes;
+  std::vector<graph_node> nodes;
   {
     std::lock_guard<std::mutex> lk(rt().lock());
     auto* x = reinterpret_cast<graph_exec_state*>(e);
@@ -940,9 +1032,33 @@ inline cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t stream) {
     diag("cudaGraphLaunch", "launching a graph into a capture is not emulated");
     return fail(cudaErrorStreamCaptureUnsupported);
   }
-  rt().enqueue(*s, [nodes = std::move(nodes)] {
-    for (const auto& n : nodes) n();
+  // External event nodes take the events as they are now: a wait node waits for the record current at
+  // this launch; a record node's record is this launch (complete when all of it is).
+  std::vector<std::function<void()>> run;
+  std::vector<event_state*> records;
+  for (const graph_node& n : nodes) {
+    if (n.wait || n.record) {
+      event_state* ev = n.wait ? n.wait : n.record;
+      if (!rt().live_event(ev)) {
+        diag("cudaGraphLaunch", "the graph's external event " + hex(ev) + " was destroyed");
+        return fail(cudaErrorInvalidResourceHandle);
+      }
+    }
+    if (n.wait) {
+      if (auto rec = rt().record_of(n.wait)) run.push_back([rec] { rec->stream->wait_for(rec->seq); });
+    } else if (n.record) {
+      records.push_back(n.record);
+    } else {
+      run.push_back(n.run);
+    }
+  }
+  auto rec = std::make_shared<event_record>();
+  rec->stream = s;
+  rec->seq = rt().enqueue(*s, [run = std::move(run), rec] {
+    for (const auto& f : run) f();
+    rec->at_ns.store(now_ns());
   });
+  for (event_state* ev : records) rt().set_record(ev, rec);
   return cudaSuccess;
 }
 
@@ -1023,7 +1139,12 @@ inline cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** f
     if (q) *q = cudaDriverEntryPointSuccess;
     return cudaSuccess;
   }
-  diag("cudaGetDriverEntryPoint", std::string("driver symbol '") + symbol + "' is not emulated (only cuMemGetAddressRange)");
+  if (std::strcmp(symbol, "cuPointerGetAttribute") == 0 && version >= 4000) {
+    *fn = reinterpret_cast<void*>(&pointer_get_attribute);
+    if (q) *q = cudaDriverEntryPointSuccess;
+    return cudaSuccess;
+  }
+  diag("cudaGetDriverEntryPoint", std::string("driver symbol '") + symbol + "' is not emulated (only cuMemGetAddressRange and cuPointerGetAttribute)");
   if (q) *q = cudaDriverEntryPointSymbolNotFound;
   return cudaSuccess;
 }

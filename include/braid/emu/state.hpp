@@ -119,11 +119,18 @@ struct event_state {
   std::shared_ptr<event_record> rec; // guarded by the runtime's mutex
 };
 
+// A node of a captured graph: work, or an external event node (cudaEventWaitExternal /
+// cudaEventRecordExternal), which refers to the event as it is when the graph is launched.
+struct graph_node {
+  std::function<void()> run;
+  event_state* wait = nullptr;   // waits for the event's record as of the graph's launch
+  event_state* record = nullptr; // records the event (complete when the graph's launch is)
+};
 struct graph_state {
-  std::vector<std::function<void()>> nodes; // a chain: each node after the previous one
+  std::vector<graph_node> nodes; // a chain: each node after the previous one
 };
 struct graph_exec_state {
-  std::vector<std::function<void()>> nodes;
+  std::vector<graph_node> nodes;
 };
 
 struct capture_state {

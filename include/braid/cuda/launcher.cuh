@@ -1,0 +1,358 @@
+// braid/cuda/launcher.cuh — how the calls of a one-process group become launches: one cooperative
+// launch per call per GPU, serving every rank of the group on that GPU, chained after the group's
+// previous launch on that GPU.
+//
+// Why: the blocks of a call wait for each other and for the other ranks. CUDA promises co-residency
+// only to the blocks of one cooperative launch, and no concurrency at all between kernels of
+// different streams on one GPU (CUDA_LAUNCH_BLOCKING, profilers, connection sharing, other resident
+// work). So the ranks that share a GPU meet on the host first (a rendezvous per call), and the last
+// of them to arrive launches one kernel for all of them. Kernels on different GPUs still wait for
+// each other, as NCCL's do: that needs each GPU to run its launch, which nothing on another GPU can
+// hold back.
+//
+// Ordering: the launch waits for every participant's stream (an event recorded at its call) and for
+// the group's previous launch on that GPU (the chain event), so a rank's calls run in the order they
+// were made, whatever streams they were enqueued on; each participant's stream then waits for the
+// launch. Inside a CUDA graph capture the ranks of a GPU must enqueue on one stream (refused
+// otherwise), and the chain becomes external event nodes of the graph (cudaEventWaitExternal,
+// cudaEventRecordExternal), so each replay too runs after the group's latest launch on its GPU and
+// before the next. Should two launches of the group still run at once on one GPU, the kernel sees it
+// (an in-flight word), stops the group, and check() raises invalid_usage instead of mixing rounds.
+//
+// A thread that drives several ranks of one GPU cannot block in each call until the others arrive:
+// it brackets them with group_start()/group_end() (or a group_scope), as with NCCL. Inside the
+// bracket a call returns at once; group_end() launches what is complete, joins each rank's stream to
+// its launch, and raises if a call was left incomplete.
+#pragma once
+
+#include "runtime.cuh"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../core/error.hpp"
+#include "check.cuh"
+#include "executor.cuh"
+
+namespace braid::cuda {
+
+namespace detail {
+
+// What the ranks of one GPU must agree on for one call.
+struct call_signature {
+  collective coll{};
+  std::uint64_t count = 0;
+  int root = 0;
+  std::size_t elem = 0;
+  const void* kernel = nullptr; // the instantiation: schedule, element type and operator
+  bool operator==(const call_signature&) const = default;
+};
+
+// One call of the group on one GPU, while its ranks arrive.
+struct pending_call {
+  std::uint64_t seq = 0;
+  call_signature sig;
+  cuda_detail::launch_args args{};
+  std::vector<cudaStream_t> streams; // per local rank (nullptr: not arrived)
+  int arrived = 0;
+  bool capturing = false;            // a participant's stream is being captured
+  bool launched = false;
+  cudaStream_t launch_stream = nullptr;
+  std::string failure;               // set when the call cannot be launched: every participant raises it
+  errc failure_code = errc::internal;
+};
+
+// The ranks of a group on one GPU.
+struct device_set {
+  int device = 0;
+  std::vector<int> ranks;     // global rank of each local index
+  unsigned blocks_per_rank = 1;
+  cuda_detail::u64* busy = nullptr;  // in-flight word and exit counter (device memory)
+  cuda_detail::u64* exits = nullptr;
+  std::mutex m;
+  std::condition_variable cv;
+  std::map<std::uint64_t, std::shared_ptr<pending_call>> calls;
+  std::vector<std::uint64_t> next_seq;      // per local rank
+  std::vector<std::thread::id> last_thread; // per local rank: who made its latest call
+  std::vector<cudaEvent_t> ready;           // per local rank: its stream at its latest call
+  cudaEvent_t chain = nullptr;              // after the group's latest launch on this GPU (a replay included)
+  std::thread::id last_launcher;
+};
+
+// A call made inside group_start()/group_end() whose stream still has to be joined to its launch.
+struct deferred_join {
+  std::shared_ptr<device_set> set;
+  std::shared_ptr<pending_call> call;
+  int local = 0;
+  cudaStream_t stream = nullptr;
+  int rank = 0;
+  std::shared_ptr<void> keep; // the group's state, alive until the join
+};
+struct bracket_state {
+  int depth = 0;
+  std::vector<deferred_join> joins;
+};
+inline bracket_state& bracket() {
+  static thread_local bracket_state b;
+  return b;
+}
+
+inline bool launch_blocking() {
+  const char* lb = std::getenv("CUDA_LAUNCH_BLOCKING");
+  return lb && lb[0] == '1';
+}
+
+inline bool is_capturing(cudaStream_t s) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  BRAID_CUDA_CHECK(cudaStreamIsCapturing(s, &st));
+  return st != cudaStreamCaptureStatusNone;
+}
+
+// Joins `stream` to the launch of `c` (called with the set's lock held, after the launch).
+inline void join_locked(device_set& ds, const pending_call& c, cudaStream_t stream) {
+  if (c.capturing || stream == c.launch_stream) return; // one stream: ordered already
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ds.chain, 0));
+}
+
+// Launches `c` (every participant arrived; the set's lock is held) on the last arriver's stream.
+inline void launch_locked(device_set& ds, pending_call& c, cudaStream_t stream,
+                          const std::function<cudaError_t(cudaStream_t, const cuda_detail::launch_args&)>& launch) {
+  cuda_detail::device_guard dg(ds.device);
+  c.launch_stream = stream;
+  if (c.capturing) {
+    // In the graph: wait for the group's latest launch on this GPU as of each replay, and be that.
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ds.chain, cudaEventWaitExternal));
+  } else {
+    for (std::size_t li = 0; li < c.streams.size(); ++li)
+      if (c.streams[li] != stream) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ds.ready[li], 0));
+    // Always: the latest launch may have been a graph replay on any stream.
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ds.chain, 0));
+  }
+  const cudaError_t e = launch(stream, c.args);
+  if (e != cudaSuccess) {
+    const bool too_large = e == cudaErrorCooperativeLaunchTooLarge;
+    raise(too_large ? errc::unsupported : errc::cuda,
+          too_large ? "the " + std::to_string(c.args.local) + " ranks on GPU " + std::to_string(ds.device) + " need " +
+                          std::to_string(c.args.local * static_cast<int>(ds.blocks_per_rank)) +
+                          " blocks resident at once and this kernel cannot have that many "
+                          "(cudaErrorCooperativeLaunchTooLarge; lower group_options::max_blocks_per_rank or "
+                          "threads_per_block, or put fewer ranks on the GPU)"
+                    : std::string("the collective kernel's launch failed: ") + cudaGetErrorName(e) + ": " + cudaGetErrorString(e),
+          error_context{ds.ranks[0], "cuda collective", 0, -1});
+  }
+  BRAID_CUDA_CHECK(cudaEventRecordWithFlags(ds.chain, stream, c.capturing ? cudaEventRecordExternal : cudaEventRecordDefault));
+  c.launched = true;
+  ds.last_launcher = std::this_thread::get_id();
+}
+
+[[noreturn]] inline void raise_failed(const pending_call& c, int rank) {
+  raise(c.failure_code, c.failure, error_context{rank, "cuda collective", 0, -1});
+}
+
+} // namespace detail
+
+// Starts a bracket: until the matching group_end(), collective calls made by this thread return at
+// once without joining their stream to the call (needed when one thread drives several ranks of one
+// GPU). Brackets nest; only the outermost group_end() acts.
+inline void group_start() { ++detail::bracket().depth; }
+
+// Ends a bracket: joins every call made inside it to its launch, in order. Raises (after joining
+// what can be joined) if a call inside the bracket was not made by every rank on its GPU, or failed.
+inline void group_end() {
+  detail::bracket_state& b = detail::bracket();
+  if (b.depth == 0) raise(errc::invalid_usage, "group_end() without group_start()");
+  if (--b.depth > 0) return;
+  std::vector<detail::deferred_join> joins;
+  joins.swap(b.joins);
+  std::string first;
+  errc code = errc::invalid_usage;
+  int first_rank = -1;
+  for (auto& j : joins) {
+    std::unique_lock<std::mutex> lk(j.set->m);
+    if (!j.call->failure.empty()) {
+      if (first.empty()) first = j.call->failure, code = j.call->failure_code, first_rank = j.rank;
+      continue;
+    }
+    if (!j.call->launched) {
+      j.call->failure = "call #" + std::to_string(j.call->seq) + " on GPU " + std::to_string(j.set->device) + " was made by " +
+                        std::to_string(j.call->arrived) + " of its " + std::to_string(j.set->ranks.size()) +
+                        " ranks before group_end(): the ranks of one GPU are launched together, so every one of them "
+                        "must make the call inside the bracket";
+      j.call->failure_code = errc::invalid_usage;
+      j.set->calls.erase(j.call->seq);
+      j.set->cv.notify_all();
+      if (first.empty()) first = j.call->failure, code = errc::invalid_usage, first_rank = j.rank;
+      continue;
+    }
+    try {
+      cuda_detail::device_guard dg(j.set->device);
+      detail::join_locked(*j.set, *j.call, j.stream);
+    } catch (const std::exception& e) {
+      if (first.empty()) first = e.what(), code = errc::cuda, first_rank = j.rank;
+    }
+  }
+  if (!first.empty()) raise(code, first, error_context{first_rank, "group_end", 0, -1});
+}
+
+// group_start() for a scope; group_end() at its end (an error raises from the destructor unless an
+// exception is already on its way; call end() to see it explicitly).
+class group_scope {
+public:
+  group_scope() { group_start(); }
+  group_scope(const group_scope&) = delete;
+  group_scope& operator=(const group_scope&) = delete;
+  void end() {
+    if (ended_) return;
+    ended_ = true;
+    group_end();
+  }
+  ~group_scope() noexcept(false) {
+    if (ended_) return;
+    ended_ = true;
+    if (std::uncaught_exceptions() > uncaught_) {
+      try {
+        group_end();
+      } catch (...) {
+      }
+      return;
+    }
+    group_end();
+  }
+
+private:
+  bool ended_ = false;
+  int uncaught_ = std::uncaught_exceptions();
+};
+
+namespace detail {
+
+// Rank `rank` (local index `local` of `ds`) makes call `sig` with its part `mine` on `stream`.
+// Returns when the call is launched and `stream` joined to it, or at once inside a bracket. `common`
+// holds the fields every rank computes alike; `launch` starts the kernel (used by the last arriver).
+inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<device_set>& dsp, int local, int rank,
+                   const call_signature& sig, const cuda_detail::launch_args& common, const cuda_detail::rank_call& mine,
+                   cudaStream_t stream, std::chrono::nanoseconds timeout, cuda_detail::device_abort* abort, int nsets,
+                   const std::function<cudaError_t(cudaStream_t, const cuda_detail::launch_args&)>& launch) {
+  device_set& ds = *dsp;
+  const bool in_bracket = bracket().depth > 0;
+  const int L = static_cast<int>(ds.ranks.size());
+  const bool capturing = is_capturing(stream);
+  if (in_bracket && nsets > 1 && launch_blocking())
+    raise(errc::unsupported,
+          "CUDA_LAUNCH_BLOCKING=1 is set: a launch returns only when its kernel ends, so one thread cannot launch the "
+          "kernels of several GPUs that wait for each other; drive each GPU from its own thread, or unset it",
+          error_context{rank, "cuda collective", 0, -1});
+  cuda_detail::device_guard dg(ds.device);
+  std::unique_lock<std::mutex> lk(ds.m);
+  const std::uint64_t seq = ds.next_seq[static_cast<std::size_t>(local)];
+  auto it = ds.calls.find(seq);
+  std::shared_ptr<pending_call> c;
+  if (it == ds.calls.end()) {
+    c = std::make_shared<pending_call>();
+    c->seq = seq;
+    c->sig = sig;
+    c->args = common;
+    c->args.local = L;
+    c->args.blocks_per_rank = ds.blocks_per_rank;
+    c->args.busy = ds.busy;
+    c->args.exits = ds.exits;
+    c->streams.assign(static_cast<std::size_t>(L), nullptr);
+    ds.calls.emplace(seq, c);
+  } else {
+    c = it->second;
+  }
+  ++ds.next_seq[static_cast<std::size_t>(local)];
+  ds.last_thread[static_cast<std::size_t>(local)] = std::this_thread::get_id();
+  auto fail_all = [&](errc code, const std::string& why) {
+    c->failure = why;
+    c->failure_code = code;
+    ds.calls.erase(seq);
+    ds.cv.notify_all();
+    raise_failed(*c, rank);
+  };
+  if (!(c->sig == sig))
+    fail_all(errc::invalid_usage, "ranks on GPU " + std::to_string(ds.device) + " made different calls as call #" +
+                                      std::to_string(seq) + " (collective, count, root, element type, operator and "
+                                      "algorithm must match)");
+  c->args.calls[local] = mine;
+  c->streams[static_cast<std::size_t>(local)] = stream;
+  ++c->arrived;
+  if (capturing) {
+    c->capturing = true;
+    for (cudaStream_t s : c->streams)
+      if (s && s != stream)
+        fail_all(errc::invalid_usage, "inside a CUDA graph capture the ranks of one GPU must enqueue a call on one stream "
+                                      "(GPU " + std::to_string(ds.device) + ", call #" + std::to_string(seq) + ")");
+  } else if (L > 1) {
+    if (c->capturing)
+      fail_all(errc::invalid_usage, "inside a CUDA graph capture the ranks of one GPU must enqueue a call on one stream "
+                                    "(GPU " + std::to_string(ds.device) + ", call #" + std::to_string(seq) + ")");
+    BRAID_CUDA_CHECK(cudaEventRecord(ds.ready[static_cast<std::size_t>(local)], stream));
+  }
+  if (c->arrived == L) {
+    ds.calls.erase(seq);
+    try {
+      launch_locked(ds, *c, stream, launch);
+    } catch (const braid::error& e) {
+      c->failure = e.what();
+      c->failure_code = e.code();
+      ds.cv.notify_all();
+      throw;
+    }
+    ds.cv.notify_all();
+    return; // launched on this rank's stream
+  }
+  if (in_bracket) {
+    bracket().joins.push_back(deferred_join{dsp, c, local, stream, rank, keep});
+    return;
+  }
+  // Wait for the other ranks of this GPU. A thread that also drives them would wait forever.
+  bool all_mine = true;
+  std::string missing;
+  for (int li = 0; li < L; ++li)
+    if (!c->streams[static_cast<std::size_t>(li)]) {
+      missing += (missing.empty() ? "" : ", ") + std::to_string(ds.ranks[static_cast<std::size_t>(li)]);
+      all_mine = all_mine && ds.last_thread[static_cast<std::size_t>(li)] == std::this_thread::get_id();
+    }
+  const std::string how = "the ranks of one GPU are launched together, so a thread that drives several of them must "
+                          "enqueue their calls between braid::cuda::group_start() and group_end() (or in a group_scope)";
+  if (all_mine) {
+    // Undo this arrival: the group stays usable.
+    --c->arrived;
+    c->streams[static_cast<std::size_t>(local)] = nullptr;
+    --ds.next_seq[static_cast<std::size_t>(local)];
+    if (c->arrived == 0) ds.calls.erase(seq);
+    raise(errc::invalid_usage, "rank " + std::to_string(rank) + " would wait for rank(s) " + missing + " on GPU " +
+                                   std::to_string(ds.device) + ", whose latest calls came from this same thread: " + how,
+          error_context{rank, "cuda collective", 0, -1});
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!c->launched && c->failure.empty()) {
+    if (ds.cv.wait_until(lk, deadline) == std::cv_status::timeout && !c->launched && c->failure.empty()) {
+      c->failure = "rank " + std::to_string(rank) + " waited more than the timeout for rank(s) " + missing + " on GPU " +
+                   std::to_string(ds.device) + " to make call #" + std::to_string(seq) + " (" + how + ")";
+      c->failure_code = errc::timeout;
+      ds.calls.erase(seq);
+      ds.cv.notify_all();
+      // Kernels of other GPUs may be waiting for this launch: stop them.
+      cuda_detail::record_failure(abort, cuda_detail::device_error{static_cast<unsigned>(errc::timeout), rank, -1, -4, 0});
+    }
+  }
+  if (!c->failure.empty()) raise_failed(*c, rank);
+  join_locked(ds, *c, stream);
+}
+
+} // namespace detail
+
+} // namespace braid::cuda
