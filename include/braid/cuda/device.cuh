@@ -2,10 +2,11 @@
 // the abort record, and the reduce-copy loop. Written in braid/cuda/kernel.cuh's vocabulary, so the
 // same text runs on a GPU (nvcc) and on the emulated device (a host compiler, BRAID_CUDA_EMULATOR).
 //
-// Memory ordering: a rank's blocks write data, each block then fences (gpu::fence_system) and
-// arrives on the step's counter with an acq_rel read-modify-write; the last block to arrive stores
-// the rank's progress word with release at system scope. A reader loads the word with acquire at
-// system scope before it reads the data. Peers on other GPUs reach the words and data through peer
+// Memory ordering: a rank's blocks write data, each block then meets at a block barrier and its
+// thread 0 arrives on the step's counter with an acq_rel read-modify-write (device scope); the last
+// block to arrive raises the rank's progress word with release at system scope. A reader polls the
+// word relaxed, then loads it once with acquire at system scope, then meets its block at a barrier
+// before any thread reads the data. Peers on other GPUs reach the words and data through peer
 // mappings (NVLink/PCIe).
 #pragma once
 
@@ -76,11 +77,14 @@ BRAID_HD void record_failure(device_abort* ab, const device_error& e) {
 
 // Bounded spin by one thread: waits until *word >= target, or the group is aborted, or timeout_ns
 // passes (then records a timeout and raises the abort flag). Returns false if the kernel must stop.
+// Polls are relaxed (no L1 invalidation per poll on a GPU); one acquire load once the word is there
+// orders the reads that follow (the word only grows, so it still passes).
 BRAID_DEVICE bool wait_ge(const u64* word, u64 target, device_abort* ab, u64 timeout_ns, int rank, int peer, int step) {
-  if (load_acquire(word) >= target) return true;
+  auto poll = [&] { return sys_u64(*const_cast<u64*>(word)).load(gpu::memory_order::relaxed) >= target; };
+  if (poll()) return load_acquire(word) >= target;
   const u64 start = gpu::clock_ns();
   for (unsigned i = 1;; ++i) {
-    if (load_acquire(word) >= target) return true;
+    if (poll()) return load_acquire(word) >= target;
     if ((i & 63) == 0) {
       if (sys_u32(ab->flag).load(gpu::memory_order::relaxed)) return false;
       const u64 now = gpu::clock_ns();

@@ -61,14 +61,15 @@ struct launch_args {
   rank_call calls[max_local_ranks];
 };
 
-// Block arrival on `counter`, shared by `blocks` blocks; true for the last of them. The counter's
-// acq_rel add orders the other blocks' data writes (made visible by their fences) before whatever
-// the last block does next; the counter is never reset (old % blocks).
+// Block arrival on `counter`, shared by `blocks` blocks; true for the last of them. The block barrier
+// orders the block's data writes before thread 0's acq_rel add; the adds form a release sequence, so
+// the last block's add is ordered after every block's writes, and the release post that follows at
+// system scope is cumulative over all of them (no fence per block: PTX causality order is
+// transitive across scopes). The counter is never reset (old % blocks).
 BRAID_DEVICE bool arrive(u64* counter, unsigned blocks) {
   gpu::sync_block();
   bool last = false;
   if (gpu::thread_index() == 0) {
-    gpu::fence_system();
     const u64 old = gpu::atomic_ref<u64, gpu::scope::device>(*counter).fetch_add(1, gpu::memory_order::acq_rel);
     last = old % blocks == blocks - 1;
   }
@@ -115,9 +116,12 @@ BRAID_KERNEL void collective_kernel(launch_args a, Op op) {
   auto slot = [&](int q, std::uint64_t h, int region, std::uint32_t c, const chunk_span& s) -> T* {
     return map.slot(ranks[q].half[h], region, c, s);
   };
+  // Waits are spread over the block's threads (one peer each, in parallel); the block follows after a
+  // barrier. A thread that gives up sets `stop` for the whole block.
   auto wait = [&](int q, u64 target, int step) {
-    // one thread waits; the block follows
-    if (thread == 0 && !stop && !wait_ge(ranks[q].progress, target, a.abort, a.timeout_ns, r, q, step)) stop = 1;
+    gpu::atomic_ref<int, gpu::scope::device> halt(stop);
+    if (!halt.load(gpu::memory_order::relaxed) && !wait_ge(ranks[q].progress, target, a.abort, a.timeout_ns, r, q, step))
+      halt.store(1, gpu::memory_order::relaxed);
   };
 
   std::uint64_t R = round0;
@@ -131,10 +135,13 @@ BRAID_KERNEL void collective_kernel(launch_args a, Op op) {
 
     // No block starts round R before all blocks of this rank finished round R - 1 (so the arrival
     // counters of a parity are never shared by two rounds), nor before every peer finished R - 2.
-    if (k > 0) wait(r, R << 24, -1);
-    if (R >= 3)
-      for (int q = 0; q < n; ++q)
-        if (q != r) wait(q, (R - 1) << 24, -1);
+    for (int q = static_cast<int>(thread); q < n; q += static_cast<int>(gpu::block_size())) {
+      if (q == r) {
+        if (k > 0) wait(r, R << 24, -1);
+      } else if (R >= 3) {
+        wait(q, (R - 1) << 24, -1);
+      }
+    }
     gpu::sync_block();
     if (stop) return;
     if (me.in_desc) {
@@ -156,7 +163,7 @@ BRAID_KERNEL void collective_kernel(launch_args a, Op op) {
     for (int j = 0; j < nsteps; ++j) {
       const schedule::step st = S::at(sa, j);
       const int ns = st.count_sources(n);
-      for (int i = 0; i < ns; ++i) {
+      for (int i = static_cast<int>(thread); i < ns; i += static_cast<int>(gpu::block_size())) {
         const schedule::source s = st.source_at(i);
         if (s.rank != r || s.reg == schedule::region::win)
           wait(s.rank, (R << 24) | static_cast<u64>(s.ready + 2), j);
@@ -189,9 +196,11 @@ BRAID_KERNEL void collective_kernel(launch_args a, Op op) {
     }
     arrive_and_post(a, r, h, max_steps + 1, (R + 1) << 24);
   }
-  if (me.in_desc && a.rounds)
-    for (int q = 0; q < n; ++q)
+  if (me.in_desc && a.rounds) {
+    for (int q = static_cast<int>(thread); q < n; q += static_cast<int>(gpu::block_size()))
       if (q != r) wait(q, (R + 1) << 24, -2);
+    gpu::sync_block();
+  }
   // The last block of the share advances the rank's round counter for the group's next launch on this
   // GPU (ordered after this one: the communicator chains them; every block read it before arriving).
   if (arrive(ranks[r].arrivals + 2 * (max_steps + 2), a.blocks_per_rank) && thread == 0) *ranks[r].round = round0 + a.rounds;

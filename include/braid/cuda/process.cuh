@@ -70,182 +70,14 @@
 #include "check.cuh"
 #include "collectives.cuh"
 #include "device.cuh"
+#include "ipc.cuh"
+#include "process_state.cuh"
 #include "kernel.cuh"
 #include "process_layout.hpp"
 
 namespace braid::cuda {
 
-struct process_options {
-  options base = options::from_env();         // timeout of the wait for this rank's stream (from_env: also the host's)
-  std::size_t staging_bytes = std::size_t{32} << 20; // device memory per rank, two halves
-  std::size_t copy_engine_min_bytes = std::size_t{1} << 20; // per-peer piece at or above: copy engines
-  int reduce_blocks = 16;                      // blocks of the reduce kernel (the SMs braid may use)
-  int threads = 512;
-};
-
-// What a communicator has done, for tests and tuning.
-struct process_stats {
-  std::uint64_t calls = 0;
-  std::uint64_t rounds = 0;
-  std::uint64_t staged_bytes = 0;        // copied into staging memory (inputs not registered)
-  std::uint64_t copy_engine_bytes = 0;   // moved from peers by cudaMemcpyAsync
-  std::uint64_t direct_read_bytes = 0;   // read from peers by the reduce kernel
-};
-
 namespace ipc_detail {
-
-inline constexpr int max_ranks = 64;
-
-// The allocation a device pointer lies in (base and size), from the driver; raises unsupported for
-// memory that is not ordinary device memory.
-struct allocation {
-  u64 base = 0;
-  std::size_t size = 0;
-};
-
-inline allocation find_allocation(const void* p, const error_context& ctx) {
-  cudaPointerAttributes at{};
-  const cudaError_t e = cudaPointerGetAttributes(&at, p);
-  if (e != cudaSuccess) cuda_detail::raise_cuda(e, "cudaPointerGetAttributes", __FILE__, __LINE__, ctx);
-  if (at.type != cudaMemoryTypeDevice)
-    raise(errc::unsupported,
-          std::string("the buffer is ") + (at.type == cudaMemoryTypeManaged ? "managed memory" : at.type == cudaMemoryTypeHost ? "host memory" : "not CUDA memory") +
-              ": only device memory (cudaMalloc) can be shared with other processes",
-          ctx);
-  using range_fn = int (*)(unsigned long long*, std::size_t*, unsigned long long);
-  static const range_fn fn = reinterpret_cast<range_fn>(cuda_detail::driver_symbol("cuMemGetAddressRange"));
-  if (!fn) raise(errc::unsupported, "the CUDA driver does not provide cuMemGetAddressRange", ctx);
-  unsigned long long base = 0;
-  std::size_t size = 0;
-  if (const int rc = fn(&base, &size, reinterpret_cast<unsigned long long>(p)); rc != 0)
-    raise(errc::cuda, "cuMemGetAddressRange failed (CUresult " + std::to_string(rc) + ") for a device pointer", ctx);
-  return {base, size};
-}
-
-// What a rank tells its peers about one range of device memory it shares.
-struct wire_region {
-  cudaIpcMemHandle_t handle; // of the whole allocation
-  u64 base;                  // the exporter's address of the allocation
-  u64 offset;                // start of the shared range within it
-  u64 bytes;                 // length of the shared range
-  u64 process;               // a random token of the exporting process (pids repeat across namespaces)
-  std::int32_t device;
-  std::int32_t valid;
-};
-static_assert(std::is_trivially_copyable_v<wire_region>);
-
-// A random 64-bit token of this process, drawn once: "same process" means the same token.
-inline u64 process_token() {
-  static const u64 token = [] {
-    std::random_device rd;
-    return (static_cast<u64>(rd()) << 32) ^ rd() ^ (static_cast<u64>(::getpid()) << 16);
-  }();
-  return token;
-}
-
-// Exports [p, p + bytes) (which must lie in one cudaMalloc allocation).
-inline wire_region export_region(void* p, std::size_t bytes, int device, const error_context& ctx) {
-  const allocation a = find_allocation(p, ctx);
-  const u64 at = reinterpret_cast<u64>(p);
-  if (at + bytes > a.base + a.size)
-    raise(errc::invalid_argument,
-          "the range of " + std::to_string(bytes) + " bytes runs past the end of its allocation (" +
-              std::to_string(a.base + a.size - at) + " bytes left)",
-          ctx);
-  wire_region w{};
-  const cudaError_t e = cudaIpcGetMemHandle(&w.handle, reinterpret_cast<void*>(a.base));
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    raise(errc::unsupported,
-          std::string("this memory cannot be exported with cudaIpcGetMemHandle (") + cudaGetErrorName(e) +
-              "): allocate it with cudaMalloc (not cudaMallocAsync pools, managed or virtual memory without an IPC handle type)",
-          ctx);
-  }
-  w.base = a.base;
-  w.offset = at - a.base;
-  w.bytes = bytes;
-  w.process = process_token();
-  w.device = device;
-  w.valid = 1;
-  return w;
-}
-
-// Peers' memory mapped into this process: each (peer, allocation) is opened once with
-// cudaIpcOpenMemHandle and closed when its last user unmaps it or when the table is destroyed (on
-// every path, errors included). A peer in this same process is reached through its own address.
-class peer_mappings {
-public:
-  peer_mappings() = default;
-  peer_mappings(const peer_mappings&) = delete;
-  peer_mappings& operator=(const peer_mappings&) = delete;
-  ~peer_mappings() { close_all(); }
-
-  // Start of the peer's shared range in this process.
-  std::byte* map(int peer, const wire_region& w, int my_device, const error_context& ctx) {
-    if (!w.valid) raise(errc::protocol, "rank " + std::to_string(peer) + " shared no memory", ctx);
-    for (auto& e : v_)
-      if (e.peer == peer && e.remote_base == w.base) {
-        ++e.refs;
-        return static_cast<std::byte*>(e.local) + w.offset;
-      }
-    entry e{peer, w.base, nullptr, 1, false};
-    if (w.process == process_token()) {
-      e.local = reinterpret_cast<void*>(w.base);
-      if (w.device != my_device) enable_peer(my_device, w.device, ctx);
-    } else {
-      const cudaError_t rc = cudaIpcOpenMemHandle(&e.local, w.handle, cudaIpcMemLazyEnablePeerAccess);
-      if (rc != cudaSuccess) {
-        error_context c = ctx;
-        c.peer = peer;
-        cuda_detail::raise_cuda(rc, "cudaIpcOpenMemHandle (a peer's memory)", __FILE__, __LINE__, c);
-      }
-      e.opened = true;
-    }
-    v_.push_back(e);
-    return static_cast<std::byte*>(e.local) + w.offset;
-  }
-
-  void unmap(int peer, u64 remote_base) {
-    for (std::size_t i = 0; i < v_.size(); ++i) {
-      entry& e = v_[i];
-      if (e.peer != peer || e.remote_base != remote_base || --e.refs > 0) continue;
-      if (e.opened) cudaIpcCloseMemHandle(e.local);
-      v_.erase(v_.begin() + static_cast<std::ptrdiff_t>(i));
-      return;
-    }
-  }
-
-  // Closes every handle this rank opened (before a barrier after which peers may free their memory).
-  void close_all() noexcept {
-    for (auto& e : v_)
-      if (e.opened) cudaIpcCloseMemHandle(e.local);
-    v_.clear();
-  }
-
-  std::size_t open_handles() const {
-    return static_cast<std::size_t>(std::count_if(v_.begin(), v_.end(), [](const entry& e) { return e.opened; }));
-  }
-
-private:
-  struct entry {
-    int peer;
-    u64 remote_base;
-    void* local;
-    int refs;
-    bool opened;
-  };
-  std::vector<entry> v_;
-
-  static void enable_peer(int mine, int theirs, const error_context& ctx) {
-    int ok = 0;
-    BRAID_CUDA_CHECK(cudaDeviceCanAccessPeer(&ok, mine, theirs));
-    if (!ok)
-      raise(errc::unsupported, "GPU " + std::to_string(mine) + " cannot access GPU " + std::to_string(theirs) + " peer to peer", ctx);
-    const cudaError_t e = cudaDeviceEnablePeerAccess(theirs, 0);
-    if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
-    else if (e != cudaSuccess) cuda_detail::raise_cuda(e, "cudaDeviceEnablePeerAccess", __FILE__, __LINE__, ctx);
-  }
-};
 
 // One round's call, as every rank announces it (also the synchronisation point of the round).
 struct call_desc {
@@ -443,85 +275,13 @@ public:
   }
 
 private:
-  struct registration {
-    bool live = true;
-    std::uintptr_t mine = 0;
-    std::size_t bytes = 0;
-    std::vector<std::byte*> peer;
-    std::vector<std::size_t> peer_bytes;
-    std::vector<ipc_detail::u64> peer_base;
-  };
-
-  // Releases, in this order when a state is destroyed: this rank's last GPU work is awaited and the
-  // event destroyed, peers' memory is unmapped, the staging memory is freed, the device restored.
-  struct restore_device {
-    int saved = -1;
-    ~restore_device() {
-      if (saved >= 0) cudaSetDevice(saved);
-    }
-  };
-  struct device_memory {
-    void* p = nullptr;
-    ~device_memory() {
-      if (p) cudaFree(p);
-    }
-  };
-  struct event {
-    cudaEvent_t e = nullptr;
-    ~event() {
-      if (!e) return;
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (cudaEventQuery(e) == cudaErrorNotReady && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-      cudaEventDestroy(e);
-    }
-  };
-
-  struct state {
-    restore_device restore; // first member: destroyed last
-    braid::communicator host;
-    process_options opts;
-    int device = 0;
-    ipc_detail::u64 half = 0;
-    ipc_detail::u64 max_pitch = 0; // cudaDevAttrMaxPitch
-    device_memory staging;
-    ipc_detail::peer_mappings maps;
-    event done;
-    std::vector<std::byte*> peer_staging;
-    std::vector<registration> regs;
-    ipc_detail::u64 round = 0, seq = 0;
-    process_stats stats;
-    std::atomic<bool> failed{false};
-    std::string cause;            // written only by the thread making a call
-    cudaStream_t last_stream = nullptr; // of the call in progress, drained after an error
-    ~state() {
-      if (cudaGetDevice(&restore.saved) == cudaSuccess) cudaSetDevice(device);
-    }
-  };
+  using registration = ipc_detail::registration;
+  using state = ipc_detail::process_state;
   std::unique_ptr<state> s_;
 
   state& live() const {
     if (!s_) raise(errc::invalid_usage, "this process_communicator is empty (default-constructed, moved from or closed)");
     return *s_;
-  }
-
-  // After an error: stop peers from waiting for this rank, and let this rank's enqueued GPU work
-  // finish (bounded) before anything it reads can be released.
-  // Everything the call enqueued is awaited (an event recorded now on the call's stream), bounded by
-  // the timeout; the memory it reads is released only afterwards.
-  static void fail_quietly(state& s) noexcept {
-    s.failed.store(true);
-    try {
-      if (s.host.valid()) s.host.abort();
-    } catch (...) {
-    }
-    if (s.done.e) {
-      if (s.seq) (void)cudaEventRecord(s.done.e, s.last_stream); // a call has run: drain its stream
-      const auto until = std::chrono::steady_clock::now() + s.opts.base.timeout;
-      while (cudaEventQuery(s.done.e) == cudaErrorNotReady && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-      (void)cudaGetLastError();
-    }
   }
 
   template <class F> auto guarded(state& s, F&& f) -> decltype(f()) {
@@ -536,38 +296,6 @@ private:
       fail_quietly(s);
       throw;
     }
-  }
-
-  template <class W> static std::vector<W> exchange(state& s, const W& mine) {
-    std::vector<W> all(static_cast<std::size_t>(s.host.size()));
-    s.host.all_gather(reinterpret_cast<const std::uint8_t*>(&mine), reinterpret_cast<std::uint8_t*>(all.data()), sizeof(W));
-    return all;
-  }
-
-  // Waits (on the host, bounded) until everything enqueued on `stream` so far has run.
-  static void sync_stream(state& s, cudaStream_t stream, const error_context& ctx) {
-    BRAID_CUDA_CHECK(cudaEventRecord(s.done.e, stream));
-    const auto start = std::chrono::steady_clock::now();
-    for (unsigned i = 0;; ++i) {
-      const cudaError_t e = cudaEventQuery(s.done.e);
-      if (e == cudaSuccess) return;
-      if (e != cudaErrorNotReady) cuda_detail::raise_cuda(e, "cudaEventQuery (this rank's GPU work)", __FILE__, __LINE__, ctx);
-      if (i < 64) continue;
-      if (std::chrono::steady_clock::now() - start > s.opts.base.timeout)
-        raise(errc::timeout, "this rank's GPU work did not finish within the timeout (is the stream blocked by earlier work?)", ctx);
-      if (i < 4096) std::this_thread::yield();
-      else std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
-  }
-
-  // Registration holding [p, p + bytes) on this rank, or -1.
-  static int find_registration(const state& s, const void* p, std::size_t bytes) {
-    const auto at = reinterpret_cast<std::uintptr_t>(p);
-    for (std::size_t k = 0; k < s.regs.size(); ++k) {
-      const registration& g = s.regs[k];
-      if (g.live && at >= g.mine && at + bytes <= g.mine + g.bytes) return static_cast<int>(k);
-    }
-    return -1;
   }
 
   static void copy(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
