@@ -29,8 +29,14 @@
 #   GPU_CHECK_NO_GPU_OK=1  go on without a GPU (only to try the script itself: the GPU tests will
 #                      then report skipped, and the run counts as failed)
 #
+# Near the start it prints the driver's and the toolkit's CUDA versions (nvidia-smi, nvcc, and
+# cudaDriverGetVersion/cudaRuntimeGetVersion from a tiny program built with that nvcc) and stops when
+# the driver is too old for the toolkit (a CUDA 13 build on a driver for CUDA 12 cannot start), saying
+# what to do: bench/cuda-versions.sh, tests/bench/test_gpu_check_versions.sh.
+#
 # Exit status: 0 when the build, the GPU tests and both sanitizer runs passed (benchmarks are recorded,
-# not judged); 1 when one of them failed; 2 when there is no GPU or a prerequisite is missing.
+# not judged); 1 when one of them failed; 2 when there is no GPU, a prerequisite is missing or the
+# driver is too old for the toolkit.
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -128,6 +134,40 @@ else
   say "MISSING: nvcc (the CUDA toolkit): put its bin/ on PATH or set CUDA_HOME"
   finish 2
 fi
+
+# ---- driver and toolkit: a build for CUDA 13 cannot start on a driver for CUDA 12 (docs/toolkits.md) ----
+# shellcheck source-path=SCRIPTDIR source=cuda-versions.sh
+. "$repo/bench/cuda-versions.sh"
+section "CUDA driver and toolkit versions"
+smi_driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' ')
+smi_cuda=$(nvidia-smi 2>/dev/null | grep -o 'CUDA Version: *[0-9][0-9.]*' | head -n1 | grep -o '[0-9][0-9.]*$')
+nvcc_release=$(nvcc --version 2>/dev/null | grep -o 'release [0-9][0-9.]*' | head -n1 | cut -d' ' -f2)
+say "driver (nvidia-smi):    ${smi_driver:-unknown}, supports CUDA ${smi_cuda:-unknown}"
+say "toolkit (nvcc):         CUDA ${nvcc_release:-unknown} ($(command -v nvcc))"
+probe_dir=$(mktemp -d)
+probe_drv=0 probe_rt=0
+if probe_out=$(cuda_versions_probe nvcc "$probe_dir") && [[ $probe_out =~ driver=([0-9]+)\ runtime=([0-9]+) ]]; then
+  probe_drv=${BASH_REMATCH[1]} probe_rt=${BASH_REMATCH[2]}
+  say "cudaDriverGetVersion:   $probe_drv (CUDA $(cuda_version_string "$probe_drv")), from a program built with this nvcc"
+  say "cudaRuntimeGetVersion:  $probe_rt (CUDA $(cuda_version_string "$probe_rt"))"
+else
+  say "cudaDriverGetVersion:   unknown (the probe program did not build or run: ${probe_out:-no output})"
+fi
+rm -rf "$probe_dir"
+# What the process sees (cuda-compat included) decides; nvidia-smi and nvcc stand in where the probe failed.
+drv=$probe_drv rt=$probe_rt
+[ "$drv" -gt 0 ] || drv=$(cuda_version_number "${smi_cuda:-}")
+[ "$rt" -gt 0 ] || rt=$(cuda_version_number "${nvcc_release:-}")
+verdict=$(cuda_driver_verdict "$drv" "$rt")
+verdict_rc=$?
+say "verdict:                $verdict"
+if [ "$verdict_rc" -eq 1 ]; then
+  say ""
+  say "STOP: $verdict."
+  summary+=("$(printf '%-4s %-8s %s' - REQUIRED "driver supports the toolkit: no")")
+  finish 2
+fi
+
 step INFO "cmake --version" cmake --version
 step INFO "c++ --version" c++ --version
 

@@ -1,0 +1,22 @@
+// tests/headers/cuda_calls.cu — what a user's translation unit does with <braid/cuda.cuh>: every
+// collective of both CUDA communicators, for float, double, half, bfloat16 and fp8 and several
+// operators, so that their host paths and kernels are instantiated. tests/headers/other_toolkit.sh
+// compiles it (-c, sm_90) with toolchains other than the build's; it is never linked or run.
+#include <braid/cuda.cuh>
+
+namespace braid_header_check {
+
+void calls(braid::cuda::communicator& c, braid::cuda::process_communicator& p, cudaStream_t s, float* f, double* d,
+           braid::half* h, braid::bfloat16* b, braid::fp8_e4m3* e) {
+  c.all_reduce(f, f, 1, braid::sum{}, s);            // every all_reduce schedule
+  c.all_reduce(h, h, 1, braid::sum<float>{}, s);     // half data, float accumulation
+  c.reduce_scatter(b, b, 1, braid::avg<float>{}, s); // an operator with a finalize step
+  c.reduce(e, e, 1, 0, braid::max{}, s);             // fp8
+  c.broadcast(d, d, 1, 0, s);                        // copies only
+  c.all_gather(f, f, 1, s);
+  p.all_reduce(f, f, 1, braid::sum{}, s);            // the cross-process reduce kernel
+  p.reduce_scatter(h, h, 1, braid::min{}, s);
+  p.broadcast(b, b, 1, 0, s);
+}
+
+} // namespace braid_header_check
