@@ -696,6 +696,31 @@ TEST_CASE("gpu one thread, several ranks of a GPU, no bracket: a clear error at 
   expect_working_all_reduce(*g, count);
 }
 
+// Ranks of one GPU that disagree about a call: the call raises invalid_usage, and, since the ranks are
+// now at different call counts, the group is stopped: every later call raises at once.
+TEST_CASE("gpu ranks of one GPU make different calls: invalid_usage, the group stops") {
+  const int n = 2;
+  const std::vector<int> devs(static_cast<std::size_t>(n), 0);
+  auto g = gt::make_group(devs, 60s, 0, sweep_threads());
+  float_buffers b(n, 100, devs);
+  const auto t0 = std::chrono::steady_clock::now();
+  bool raised = false;
+  try {
+    gt::bracket both;
+    gt::enqueue(*g, 0, float_all_reduce(b.in[0], b.out[0], 100));
+    gt::enqueue(*g, 1, float_all_reduce(b.in[1], b.out[1], 50));
+  } catch (const braid::error& e) {
+    raised = true;
+    CHECK(e.code() == errc::invalid_usage);
+    MESSAGE(std::string(e.what()));
+    CHECK(std::string(e.what()).find("different calls") != std::string::npos);
+  }
+  CHECK_MESSAGE(raised, "no error");
+  CHECK_THROWS_AS(gt::check(*g, 0), braid::error);
+  CHECK_THROWS_AS(gt::enqueue(*g, 1, float_all_reduce(b.in[1], b.out[1], 100)), braid::error);
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+}
+
 // Ranks of one GPU driven by one thread each, no bracket: 12 ranks on GPU 0, several calls.
 TEST_CASE("gpu 12 ranks on one GPU from 12 threads") {
   const int n = 12;

@@ -96,8 +96,8 @@ struct group_state {
     }
     for (auto& s : sets) {
       cudaSetDevice(s->device);
-      for (cudaEvent_t e : s->ready)
-        if (e) cudaEventDestroy(e);
+      for (auto& [seq, c] : s->calls) detail::give_back_locked(*s, *c);
+      for (cudaEvent_t e : s->spare) cudaEventDestroy(e);
       if (s->chain) cudaEventDestroy(s->chain);
     }
     if (abort) cudaFreeHost(abort);
@@ -144,6 +144,10 @@ public:
                                std::to_string(first.peer) + " at step " + std::to_string(first.step) + " on the " +
                                gpu::device_kind() + hint, c);
     }
+    if (first.code == static_cast<unsigned>(errc::invalid_usage) && first.step == -5)
+      raise(errc::invalid_usage, "the group was stopped: a call of rank " + std::to_string(first.rank) +
+                                     " could not go on (ranks of its GPU disagreed, or a bracket ended without them); "
+                                     "create a new group", c);
     if (first.code == static_cast<unsigned>(errc::invalid_usage))
       raise(errc::invalid_usage, "two launches of this group ran at once on rank " + std::to_string(first.rank) +
                                      "'s GPU (a CUDA graph replayed on a stream the group's other calls are not ordered "
@@ -392,10 +396,8 @@ inline std::vector<communicator> create_group(const std::vector<int>& devices, c
     cuda_detail::device_guard dg(set->device);
     const std::size_t L = set->ranks.size();
     set->next_seq.assign(L, 0);
-    set->last_thread.assign(L, std::thread::id{});
-    set->ready.assign(L, nullptr);
-    if (L > 1)
-      for (auto& e : set->ready) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    set->last_thread.assign(L, 0);
+    set->abort = g->abort;
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&set->chain, cudaEventDisableTiming));
   }
   std::vector<communicator> out(static_cast<std::size_t>(n));

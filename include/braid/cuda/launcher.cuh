@@ -27,6 +27,7 @@
 
 #include "runtime.cuh"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -39,6 +40,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "../core/error.hpp"
@@ -64,7 +66,9 @@ struct pending_call {
   std::uint64_t seq = 0;
   call_signature sig;
   cuda_detail::launch_args args{};
-  std::vector<cudaStream_t> streams; // per local rank (nullptr: not arrived)
+  std::vector<char> here;            // per local rank: arrived
+  std::vector<cudaStream_t> streams; // per local rank: its stream
+  std::vector<cudaEvent_t> ready;    // per local rank: its stream at its call (none in a capture, or alone)
   int arrived = 0;
   bool capturing = false;            // a participant's stream is being captured
   bool launched = false;
@@ -84,10 +88,10 @@ struct device_set {
   std::condition_variable cv;
   std::map<std::uint64_t, std::shared_ptr<pending_call>> calls;
   std::vector<std::uint64_t> next_seq;      // per local rank
-  std::vector<std::thread::id> last_thread; // per local rank: who made its latest call
-  std::vector<cudaEvent_t> ready;           // per local rank: its stream at its latest call
+  std::vector<std::uint64_t> last_thread;   // per local rank: who made its latest call (this_thread_token())
+  std::vector<cudaEvent_t> spare;           // events for pending calls' `ready`, reused once a launch has waited
   cudaEvent_t chain = nullptr;              // after the group's latest launch on this GPU (a replay included)
-  std::thread::id last_launcher;
+  cuda_detail::device_abort* abort = nullptr; // the group's
 };
 
 // A call made inside group_start()/group_end() whose stream still has to be joined to its launch.
@@ -106,6 +110,13 @@ struct bracket_state {
 inline bracket_state& bracket() {
   static thread_local bracket_state b;
   return b;
+}
+
+// A number for the calling thread, never reused (std::thread::id values are reused by later threads).
+inline std::uint64_t this_thread_token() {
+  static std::atomic<std::uint64_t> next{1};
+  static thread_local const std::uint64_t mine = next.fetch_add(1, std::memory_order_relaxed);
+  return mine;
 }
 
 inline bool launch_blocking() {
@@ -135,7 +146,7 @@ inline void launch_locked(device_set& ds, pending_call& c, cudaStream_t stream,
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ds.chain, cudaEventWaitExternal));
   } else {
     for (std::size_t li = 0; li < c.streams.size(); ++li)
-      if (c.streams[li] != stream) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ds.ready[li], 0));
+      if (c.ready[li] && c.streams[li] != stream) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, c.ready[li], 0));
     // Always: the latest launch may have been a graph replay on any stream.
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ds.chain, 0));
   }
@@ -153,11 +164,22 @@ inline void launch_locked(device_set& ds, pending_call& c, cudaStream_t stream,
   }
   BRAID_CUDA_CHECK(cudaEventRecordWithFlags(ds.chain, stream, c.capturing ? cudaEventRecordExternal : cudaEventRecordDefault));
   c.launched = true;
-  ds.last_launcher = std::this_thread::get_id();
 }
 
 [[noreturn]] inline void raise_failed(const pending_call& c, int rank) {
   raise(c.failure_code, c.failure, error_context{rank, "cuda collective", 0, -1});
+}
+
+// Returns a call's ready events for reuse (the waits on them are enqueued, or the call is dropped).
+inline void give_back_locked(device_set& ds, pending_call& c) {
+  for (cudaEvent_t& e : c.ready)
+    if (e) ds.spare.push_back(std::exchange(e, nullptr));
+}
+
+// A call that cannot go on leaves its GPU's ranks at different call counts: stop the group, so that
+// every later call raises at once and kernels on other GPUs waiting for this launch give up.
+inline void stop_group(device_set& ds, int rank, unsigned code) {
+  cuda_detail::record_failure(ds.abort, cuda_detail::device_error{code, rank, -1, -5, 0});
 }
 
 } // namespace detail
@@ -191,6 +213,8 @@ inline void group_end() {
                         "must make the call inside the bracket";
       j.call->failure_code = errc::invalid_usage;
       j.set->calls.erase(j.call->seq);
+      detail::give_back_locked(*j.set, *j.call);
+      detail::stop_group(*j.set, j.rank, static_cast<unsigned>(errc::invalid_usage));
       j.set->cv.notify_all();
       if (first.empty()) first = j.call->failure, code = errc::invalid_usage, first_rank = j.rank;
       continue;
@@ -255,10 +279,12 @@ inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<devi
           error_context{rank, "cuda collective", 0, -1});
   cuda_detail::device_guard dg(ds.device);
   std::unique_lock<std::mutex> lk(ds.m);
-  const std::uint64_t seq = ds.next_seq[static_cast<std::size_t>(local)];
-  auto it = ds.calls.find(seq);
+  const std::size_t me = static_cast<std::size_t>(local);
+  const std::uint64_t seq = ds.next_seq[me];
   std::shared_ptr<pending_call> c;
-  if (it == ds.calls.end()) {
+  if (auto it = ds.calls.find(seq); it != ds.calls.end()) {
+    c = it->second;
+  } else {
     c = std::make_shared<pending_call>();
     c->seq = seq;
     c->sig = sig;
@@ -267,49 +293,74 @@ inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<devi
     c->args.blocks_per_rank = ds.blocks_per_rank;
     c->args.busy = ds.busy;
     c->args.exits = ds.exits;
+    c->here.assign(static_cast<std::size_t>(L), 0);
     c->streams.assign(static_cast<std::size_t>(L), nullptr);
-    ds.calls.emplace(seq, c);
-  } else {
-    c = it->second;
+    c->ready.assign(static_cast<std::size_t>(L), nullptr);
   }
-  ++ds.next_seq[static_cast<std::size_t>(local)];
-  ds.last_thread[static_cast<std::size_t>(local)] = std::this_thread::get_id();
+  const std::string which = "GPU " + std::to_string(ds.device) + ", call #" + std::to_string(seq);
+  // Checks before this rank counts in. One that fails drops the call and stops the group: the ranks
+  // that arrived are a call ahead of the others now.
   auto fail_all = [&](errc code, const std::string& why) {
     c->failure = why;
     c->failure_code = code;
     ds.calls.erase(seq);
+    give_back_locked(ds, *c);
+    stop_group(ds, rank, static_cast<unsigned>(errc::invalid_usage));
     ds.cv.notify_all();
     raise_failed(*c, rank);
   };
   if (!(c->sig == sig))
-    fail_all(errc::invalid_usage, "ranks on GPU " + std::to_string(ds.device) + " made different calls as call #" +
-                                      std::to_string(seq) + " (collective, count, root, element type, operator and "
-                                      "algorithm must match)");
-  c->args.calls[local] = mine;
-  c->streams[static_cast<std::size_t>(local)] = stream;
-  ++c->arrived;
+    fail_all(errc::invalid_usage, "ranks made different calls (" + which +
+                                      "): collective, count, root, element type, operator and algorithm must match");
+  const std::string one_stream = "inside a CUDA graph capture the ranks of one GPU must enqueue a call on one stream (" + which + ")";
   if (capturing) {
-    c->capturing = true;
-    for (cudaStream_t s : c->streams)
-      if (s && s != stream)
-        fail_all(errc::invalid_usage, "inside a CUDA graph capture the ranks of one GPU must enqueue a call on one stream "
-                                      "(GPU " + std::to_string(ds.device) + ", call #" + std::to_string(seq) + ")");
-  } else if (L > 1) {
-    if (c->capturing)
-      fail_all(errc::invalid_usage, "inside a CUDA graph capture the ranks of one GPU must enqueue a call on one stream "
-                                    "(GPU " + std::to_string(ds.device) + ", call #" + std::to_string(seq) + ")");
-    BRAID_CUDA_CHECK(cudaEventRecord(ds.ready[static_cast<std::size_t>(local)], stream));
+    for (int li = 0; li < L; ++li)
+      if (c->here[static_cast<std::size_t>(li)] && c->streams[static_cast<std::size_t>(li)] != stream) fail_all(errc::invalid_usage, one_stream);
+  } else if (c->capturing) {
+    fail_all(errc::invalid_usage, one_stream);
   }
+  cudaEvent_t ev = nullptr;
+  if (!capturing && L > 1) {
+    if (ds.spare.empty()) {
+      BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    } else {
+      ev = ds.spare.back();
+      ds.spare.pop_back();
+    }
+    if (const cudaError_t e = cudaEventRecord(ev, stream); e != cudaSuccess) {
+      ds.spare.push_back(ev);
+      cuda_detail::raise_cuda(e, "cudaEventRecord (the rank's stream)", __FILE__, __LINE__, error_context{rank, "cuda collective", 0, -1});
+    }
+  }
+  // Counted in.
+  ds.calls.emplace(seq, c);
+  ++ds.next_seq[me];
+  ds.last_thread[me] = this_thread_token();
+  c->args.calls[local] = mine;
+  c->here[me] = 1;
+  c->streams[me] = stream;
+  c->ready[me] = ev;
+  c->capturing = c->capturing || capturing;
+  ++c->arrived;
   if (c->arrived == L) {
     ds.calls.erase(seq);
     try {
       launch_locked(ds, *c, stream, launch);
-    } catch (const braid::error& e) {
-      c->failure = e.what();
-      c->failure_code = e.code();
+    } catch (...) {
+      try {
+        throw;
+      } catch (const braid::error& e) {
+        c->failure = e.what();
+        c->failure_code = e.code();
+      } catch (const std::exception& e) {
+        c->failure = e.what();
+      }
+      give_back_locked(ds, *c);
+      stop_group(ds, rank, static_cast<unsigned>(errc::aborted));
       ds.cv.notify_all();
       throw;
     }
+    give_back_locked(ds, *c);
     ds.cv.notify_all();
     return; // launched on this rank's stream
   }
@@ -317,37 +368,52 @@ inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<devi
     bracket().joins.push_back(deferred_join{dsp, c, local, stream, rank, keep});
     return;
   }
-  // Wait for the other ranks of this GPU. A thread that also drives them would wait forever.
-  bool all_mine = true;
-  std::string missing;
-  for (int li = 0; li < L; ++li)
-    if (!c->streams[static_cast<std::size_t>(li)]) {
-      missing += (missing.empty() ? "" : ", ") + std::to_string(ds.ranks[static_cast<std::size_t>(li)]);
-      all_mine = all_mine && ds.last_thread[static_cast<std::size_t>(li)] == std::this_thread::get_id();
-    }
+  // Wait for the other ranks of this GPU, from their threads. A thread that drives them too would
+  // wait for itself: after a grace second, if every missing rank's latest call came from this thread,
+  // this arrival is undone and the call raises (the group stays usable). A rank that has never
+  // called is not known to be this thread's: then only the timeout ends the wait.
   const std::string how = "the ranks of one GPU are launched together, so a thread that drives several of them must "
                           "enqueue their calls between braid::cuda::group_start() and group_end() (or in a group_scope)";
-  if (all_mine) {
-    // Undo this arrival: the group stays usable.
-    --c->arrived;
-    c->streams[static_cast<std::size_t>(local)] = nullptr;
-    --ds.next_seq[static_cast<std::size_t>(local)];
-    if (c->arrived == 0) ds.calls.erase(seq);
-    raise(errc::invalid_usage, "rank " + std::to_string(rank) + " would wait for rank(s) " + missing + " on GPU " +
-                                   std::to_string(ds.device) + ", whose latest calls came from this same thread: " + how,
-          error_context{rank, "cuda collective", 0, -1});
-  }
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto missing = [&](bool& all_mine) {
+    std::string m;
+    all_mine = true;
+    for (int li = 0; li < L; ++li)
+      if (!c->here[static_cast<std::size_t>(li)]) {
+        m += (m.empty() ? "" : ", ") + std::to_string(ds.ranks[static_cast<std::size_t>(li)]);
+        all_mine = all_mine && ds.last_thread[static_cast<std::size_t>(li)] == this_thread_token();
+      }
+    return m;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + timeout;
+  const auto grace = start + std::chrono::seconds(1);
+  bool graced = false;
   while (!c->launched && c->failure.empty()) {
-    if (ds.cv.wait_until(lk, deadline) == std::cv_status::timeout && !c->launched && c->failure.empty()) {
-      c->failure = "rank " + std::to_string(rank) + " waited more than the timeout for rank(s) " + missing + " on GPU " +
-                   std::to_string(ds.device) + " to make call #" + std::to_string(seq) + " (" + how + ")";
-      c->failure_code = errc::timeout;
-      ds.calls.erase(seq);
-      ds.cv.notify_all();
-      // Kernels of other GPUs may be waiting for this launch: stop them.
-      cuda_detail::record_failure(abort, cuda_detail::device_error{static_cast<unsigned>(errc::timeout), rank, -1, -4, 0});
+    const auto until = graced ? deadline : std::min(deadline, grace);
+    if (ds.cv.wait_until(lk, until) != std::cv_status::timeout || c->launched || !c->failure.empty()) continue;
+    bool all_mine = false;
+    const std::string who = missing(all_mine);
+    if (!graced && until < deadline) {
+      graced = true;
+      if (!all_mine) continue;
+      c->here[me] = 0;
+      c->streams[me] = nullptr;
+      if (c->ready[me]) ds.spare.push_back(std::exchange(c->ready[me], nullptr));
+      --c->arrived;
+      --ds.next_seq[me];
+      if (c->arrived == 0) ds.calls.erase(seq);
+      raise(errc::invalid_usage, "rank " + std::to_string(rank) + " would wait for rank(s) " + who + " on GPU " +
+                                     std::to_string(ds.device) + ", whose latest calls came from this same thread: " + how,
+            error_context{rank, "cuda collective", 0, -1});
     }
+    c->failure = "rank " + std::to_string(rank) + " waited more than the timeout for rank(s) " + who + " (" + which +
+                 ") to make the call (" + how + ")";
+    c->failure_code = errc::timeout;
+    ds.calls.erase(seq);
+    give_back_locked(ds, *c);
+    ds.cv.notify_all();
+    // Kernels of other GPUs may be waiting for this launch: stop them.
+    cuda_detail::record_failure(abort, cuda_detail::device_error{static_cast<unsigned>(errc::timeout), rank, -1, -4, 0});
   }
   if (!c->failure.empty()) raise_failed(*c, rank);
   join_locked(ds, *c, stream);
