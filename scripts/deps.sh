@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Installs the Debian packages braid's build, tests and benchmarks use (skips what is present).
-# The CUDA toolkit is not installed here: the CUDA parts build when nvcc is found.
+# The CUDA toolkit is not installed here: the CUDA parts build when nvcc is found; then
+# scripts/cuda-tools.sh adds cuobjdump and nvdisasm (PyPI) for the static kernel checks.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 pkgs=(cmake ninja-build g++ doctest-dev libbenchmark-dev libopenblas-dev zlib1g-dev dataset-fashion-mnist clang libclang-rt-14-dev openmpi-bin libopenmpi-dev "$@")
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || [ -n "${CUDACXX:-}" ]; then
+  pkgs+=(python3 python3-pip) # the static kernel checks and their tools
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -14,3 +19,4 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+bash scripts/cuda-tools.sh
