@@ -1,13 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages braid's build, tests and benchmarks use (skips what is present).
-<<<<<<< HEAD
 # The CUDA toolkit is not installed here: the CUDA parts build when nvcc is found. Where nvcc is found,
 # scripts/deps-toolkits.sh then installs the pinned second CUDA toolchains the header tests compile with
-# (PyPI, into .deps/); if that fails, this goes on and those tests fail.
-=======
-# The CUDA toolkit is not installed here: the CUDA parts build when nvcc is found; then
-# scripts/cuda-tools.sh adds cuobjdump and nvdisasm (PyPI) for the static kernel checks.
->>>>>>> loop
+# (PyPI, into .deps/), and scripts/cuda-tools.sh cuobjdump and nvdisasm (PyPI) for the static kernel
+# checks; if either fails, this goes on and those tests fail.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pkgs=(cmake ninja-build g++ doctest-dev libbenchmark-dev libopenblas-dev zlib1g-dev dataset-fashion-mnist clang libclang-rt-14-dev openmpi-bin libopenmpi-dev "$@")
@@ -25,9 +21,6 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-<<<<<<< HEAD
 bash "$(dirname "$0")/deps-toolkits.sh" ||
   echo "deps: the second CUDA toolchains were not installed: the header_check_nvcc_pypi and header_check_cuda12_headers tests will fail" >&2
-=======
 bash scripts/cuda-tools.sh
->>>>>>> loop
