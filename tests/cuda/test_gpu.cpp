@@ -403,6 +403,24 @@ gt::call float_all_reduce(const float* in, float* out, std::size_t count) {
   return c;
 }
 
+// Every rank's float all_reduce of b (in -> out), each enqueued from a thread of its own; returns
+// what each rank's call raised ("" if nothing).
+std::vector<std::string> all_reduce_from_threads(gt::group& g, float_buffers& b, std::size_t count) {
+  const int n = gt::size(g);
+  std::vector<std::string> err(static_cast<std::size_t>(n));
+  std::vector<std::thread> th;
+  for (int r = 0; r < n; ++r)
+    th.emplace_back([&, r] {
+      try {
+        gt::enqueue(g, r, float_all_reduce(b.in[static_cast<std::size_t>(r)], b.out[static_cast<std::size_t>(r)], count));
+      } catch (const std::exception& e) {
+        err[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : th) t.join();
+  return err;
+}
+
 // Runs a float all_reduce on every rank of g and checks it.
 void expect_working_all_reduce(gt::group& g, std::size_t count) {
   const int n = gt::size(g);
@@ -731,17 +749,7 @@ TEST_CASE("gpu 12 ranks on one GPU from 12 threads") {
   for (int rep = 0; rep < 3; ++rep) {
     CAPTURE(rep);
     upload_inputs(b, rep, false);
-    std::vector<std::string> err(static_cast<std::size_t>(n));
-    std::vector<std::thread> th;
-    for (int r = 0; r < n; ++r)
-      th.emplace_back([&, r] {
-        try {
-          gt::enqueue(*g, r, float_all_reduce(b.in[static_cast<std::size_t>(r)], b.out[static_cast<std::size_t>(r)], count));
-        } catch (const std::exception& e) {
-          err[static_cast<std::size_t>(r)] = e.what();
-        }
-      });
-    for (auto& t : th) t.join();
+    const std::vector<std::string> err = all_reduce_from_threads(*g, b, count);
     for (int r = 0; r < n; ++r) CHECK_MESSAGE(err[static_cast<std::size_t>(r)].empty(), err[static_cast<std::size_t>(r)]);
     for (int r = 0; r < n; ++r) GPU_OK(cudaStreamSynchronize(stream_of(*g, r)));
     for (int r = 0; r < n; ++r) gt::check(*g, r);
@@ -949,17 +957,7 @@ TEST_CASE("gpu CUDA_LAUNCH_BLOCKING=1: ranks of one GPU work from one thread or 
     auto g = gt::make_group(devs, sweep_timeout(), 0, sweep_threads());
     float_buffers b(n, count, devs);
     upload_inputs(b, 0, false);
-    std::vector<std::thread> th;
-    std::vector<std::string> err(n);
-    for (int r = 0; r < n; ++r)
-      th.emplace_back([&, r] {
-        try {
-          gt::enqueue(*g, r, float_all_reduce(b.in[static_cast<std::size_t>(r)], b.out[static_cast<std::size_t>(r)], count));
-        } catch (const std::exception& e) {
-          err[static_cast<std::size_t>(r)] = e.what();
-        }
-      });
-    for (auto& t : th) t.join();
+    const std::vector<std::string> err = all_reduce_from_threads(*g, b, count);
     for (int r = 0; r < n; ++r) CHECK_MESSAGE(err[static_cast<std::size_t>(r)].empty(), err[static_cast<std::size_t>(r)]);
     for (int r = 0; r < n; ++r) GPU_OK(cudaStreamSynchronize(stream_of(*g, r)));
     for (int r = 0; r < n; ++r) CHECK_NOTHROW(gt::check(*g, r));
