@@ -98,12 +98,17 @@ void enqueue(group& g, int rank, const call& c) {
 }
 
 namespace {
+template <class T> struct two_sources {
+  const T* p[64]; // two used; reduce_copy may index up to ns - 1 for all the compiler knows
+};
+// The sources as a kernel parameter (reduce_copy reads them from the parameter space, as
+// reduce_kernel does): a per-thread array would live in local memory. At most 512 threads a block.
 template <class T>
-BRAID_KERNEL void reduce_copy_kernel(const T* a, const T* b, T* out, std::uint64_t count, int nsrc) {
-  const T* src[2] = {a, b};
+BRAID_KERNEL_BOUNDED(512) void reduce_copy_kernel(const BRAID_GRID_CONSTANT two_sources<T> src, T* out, std::uint64_t count,
+                                                  int nsrc) {
   const std::uint64_t tid = static_cast<std::uint64_t>(gpu::block_index()) * gpu::block_size() + gpu::thread_index();
   const std::uint64_t nthreads = static_cast<std::uint64_t>(gpu::grid_size()) * gpu::block_size();
-  braid::cuda_detail::reduce_copy<T>(src, nsrc, out, static_cast<T*>(nullptr), count, sum<float>{}, true, 1, tid, nthreads);
+  braid::cuda_detail::reduce_copy<T>(src.p, nsrc, out, static_cast<T*>(nullptr), count, sum<float>{}, true, 1, tid, nthreads);
 }
 
 template <class T> double time_typed(int nsrc, std::size_t bytes, int iters, int blocks, int threads) {
@@ -121,7 +126,8 @@ template <class T> double time_typed(int nsrc, std::size_t bytes, int iters, int
     if (nsrc == 0) BRAID_CUDA_CHECK(cudaMemcpyAsync(o, a, bytes, cudaMemcpyDeviceToDevice, nullptr));
     else
       BRAID_CUDA_CHECK(gpu::launch(&reduce_copy_kernel<T>, static_cast<unsigned>(blocks), static_cast<unsigned>(threads), 0,
-                                   nullptr, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(o), count, nsrc));
+                                   nullptr, two_sources<T>{{static_cast<const T*>(a), static_cast<const T*>(b)}},
+                                   static_cast<T*>(o), count, nsrc));
   };
   for (int i = 0; i < 3; ++i) once();
   BRAID_CUDA_CHECK(cudaEventRecord(e0, nullptr));
@@ -141,8 +147,8 @@ template <class T> double time_typed(int nsrc, std::size_t bytes, int iters, int
 } // namespace
 
 double time_reduce_copy(dtype type, int nsrc, std::size_t bytes, int iters, int blocks, int threads) {
-  if (nsrc < 0 || nsrc > 2 || iters < 1 || blocks < 1 || threads < 32)
-    raise(errc::invalid_argument, "time_reduce_copy: nsrc 0..2, iters >= 1, blocks >= 1, threads >= 32");
+  if (nsrc < 0 || nsrc > 2 || iters < 1 || blocks < 1 || threads < 32 || threads > 512)
+    raise(errc::invalid_argument, "time_reduce_copy: nsrc 0..2, iters >= 1, blocks >= 1, threads 32..512");
   switch (type) {
   case dtype::float32: return time_typed<float>(nsrc, bytes, iters, blocks, threads);
   case dtype::bfloat16: return time_typed<bfloat16>(nsrc, bytes, iters, blocks, threads);

@@ -1,5 +1,5 @@
 // braid/cuda/device.cuh — device-side primitives of the CUDA transport: progress words, bounded waits,
-// the abort record, and the reduce-copy loop. Written in braid/cuda/kernel.cuh's vocabulary, so the
+// the abort record, and (braid/cuda/reduce_copy.cuh) the reduce-copy loop. Written in braid/cuda/kernel.cuh's vocabulary, so the
 // same text runs on a GPU (nvcc) and on the emulated device (a host compiler, BRAID_CUDA_EMULATOR).
 //
 // Memory ordering: a rank's blocks write data, each block then meets at a block barrier and its
@@ -17,6 +17,7 @@
 #include "../core/ops.hpp"
 #include "../core/types.hpp"
 #include "kernel.cuh"
+#include "reduce_copy.cuh"
 
 namespace braid::cuda_detail {
 
@@ -95,74 +96,6 @@ BRAID_DEVICE bool wait_ge(const u64* word, u64 target, device_abort* ab, u64 tim
     }
     gpu::sleep_ns(128);
   }
-}
-
-// dst[i] (and dst2[i]) = reduction of src[0..ns)[i] in that order, over [begin, end) with a
-// grid-stride loop; 16-byte vector accesses when every pointer allows them.
-template <class T, class Op>
-BRAID_DEVICE void reduce_copy(const T* const* src, int ns, T* dst, T* dst2, std::uint64_t count, const Op& op,
-                                   bool final, int nranks, std::uint64_t tid, std::uint64_t nthreads) {
-  using A = accumulator_t<T, Op>;
-  bool copy = ns == 1;
-  if constexpr (has_finalize<Op, A>) copy = copy && !final;
-  constexpr bool reduces = std::is_invocable_v<const Op&, const A&, const A&>;
-  auto combine = [&](std::uint64_t i) {
-    if (copy || !reduces) { // bytes move unchanged (no round trip through A)
-      const T v = src[0][i];
-      if (dst) dst[i] = v;
-      if (dst2) dst2[i] = v;
-      return;
-    }
-    if constexpr (reduces) {
-      A acc = static_cast<A>(src[0][i]);
-      for (int s = 1; s < ns; ++s) acc = op(acc, static_cast<A>(src[s][i]));
-      if constexpr (has_finalize<Op, A>)
-        if (final) acc = static_cast<A>(op.finalize(acc, nranks));
-      const T v = static_cast<T>(acc);
-      if (dst) dst[i] = v;
-      if (dst2) dst2[i] = v;
-    }
-  };
-  constexpr int V = sizeof(T) <= 16 && 16 % sizeof(T) == 0 ? static_cast<int>(16 / sizeof(T)) : 1;
-  bool vec = V > 1;
-  if (vec) {
-    auto al = [](const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15) == 0; };
-    for (int s = 0; s < ns; ++s) vec = vec && al(src[s]);
-    vec = vec && (!dst || al(dst)) && (!dst2 || al(dst2));
-  }
-  if (!vec) {
-    for (std::uint64_t i = tid; i < count; i += nthreads) combine(i);
-    return;
-  }
-  struct alignas(16) pack { T v[V]; };
-  const std::uint64_t nvec = count / V;
-  for (std::uint64_t k = tid; k < nvec; k += nthreads) {
-    pack in[1];
-    A acc[V];
-    in[0] = reinterpret_cast<const pack*>(src[0])[k];
-    if (copy || !reduces) {
-      if (dst) reinterpret_cast<pack*>(dst)[k] = in[0];
-      if (dst2) reinterpret_cast<pack*>(dst2)[k] = in[0];
-      continue;
-    }
-    if constexpr (reduces) {
-    for (int j = 0; j < V; ++j) acc[j] = static_cast<A>(in[0].v[j]);
-    for (int s = 1; s < ns; ++s) {
-      const pack x = reinterpret_cast<const pack*>(src[s])[k];
-      for (int j = 0; j < V; ++j) acc[j] = op(acc[j], static_cast<A>(x.v[j]));
-    }
-    pack o;
-    for (int j = 0; j < V; ++j) {
-      A a = acc[j];
-      if constexpr (has_finalize<Op, A>)
-        if (final) a = static_cast<A>(op.finalize(a, nranks));
-      o.v[j] = static_cast<T>(a);
-    }
-    if (dst) reinterpret_cast<pack*>(dst)[k] = o;
-    if (dst2) reinterpret_cast<pack*>(dst2)[k] = o;
-    }
-  }
-  for (std::uint64_t i = nvec * V + tid; i < count; i += nthreads) combine(i);
 }
 
 } // namespace braid::cuda_detail

@@ -82,7 +82,7 @@ BRAID_DEVICE void arrive_and_post(const launch_args& a, int r, std::uint64_t h, 
 }
 
 template <class S, class T, class Op>
-BRAID_KERNEL void collective_kernel(launch_args a, Op op) {
+BRAID_KERNEL_BOUNDED(512) void collective_kernel(launch_args a, Op op) {
   using schedule::chunk_span;
   BRAID_SHARED u64 round0;
   BRAID_SHARED int stop;
@@ -173,24 +173,30 @@ BRAID_KERNEL void collective_kernel(launch_args a, Op op) {
       for (std::uint32_t c = st.lo; c < st.hi; ++c) {
         const chunk_span sp = schedule::chunk_at(a.coll, len, P, c, unit);
         if (sp.count == 0) continue;
-        const T* srcs[64];
-        for (int i = 0; i < ns && i < 64; ++i) {
+        T* w = st.win >= 0 && st.win < nph ? slot(r, h, 1 + st.win, c, sp) : nullptr;
+        T* o = st.out && map.out_covers(c) ? out + map.out_off(c, sp, base) : nullptr;
+        if (!w && !o) continue;
+        // The chunk's sources, found once per block (not per thread) and read by reduce_copy from
+        // block-shared memory: no per-thread array (local memory), one in_desc load per peer and block.
+        BRAID_SHARED const T* srcs[64];
+        for (int i = static_cast<int>(thread); i < ns && i < 64; i += static_cast<int>(gpu::block_size())) {
           const schedule::source s = st.source_at(i);
           if (s.reg == schedule::region::win) {
             srcs[i] = slot(s.rank, h, 1 + s.phase, c, sp);
           } else if (s.rank == r) {
             srcs[i] = in + map.in_off(c, sp, base);
           } else {
-            // Written by s.rank before it posted step 0 of round R, which this block acquired; a relaxed
-            // system-scope load through the peer mapping (as the volatile load it replaces).
+            // Written by s.rank before it posted step 0 of round R, which this block acquired (one
+            // thread per source) before the block barrier above; a relaxed system-scope load through
+            // the peer mapping.
             const u64 d = sys_u64(ranks[s.rank].in_desc[h]).load(gpu::memory_order::relaxed);
             srcs[i] = d ? reinterpret_cast<const T*>(d) + map.in_off(c, sp, base) : slot(s.rank, h, 0, c, sp);
           }
         }
-        T* w = st.win >= 0 && st.win < nph ? slot(r, h, 1 + st.win, c, sp) : nullptr;
-        T* o = st.out && map.out_covers(c) ? out + map.out_off(c, sp, base) : nullptr;
-        if (!w && !o) continue;
-        reduce_copy<T>(srcs, ns, o ? o : w, o ? w : nullptr, sp.count, op, st.final, n, tid, nthreads);
+        gpu::sync_block();
+        reduce_copy<T, Op, collective_unroll<T, Op>>(srcs, ns, o ? o : w, o ? w : nullptr, sp.count, op, st.final, n, tid,
+                                                    nthreads);
+        gpu::sync_block(); // every thread is done with srcs before the next chunk rewrites it
       }
       arrive_and_post(a, r, h, j + 1, (R << 24) | static_cast<u64>(j + 2));
     }

@@ -3,8 +3,14 @@
 // Kernels use only this, so one kernel text serves both:
 //
 //   BRAID_KERNEL void k(args...)      a kernel (__global__ on the GPU)
+//   BRAID_KERNEL_BOUNDED(n) void k(...)   a kernel launched with at most n threads per block
+//                                     (__global__ __launch_bounds__(n): ptxas keeps it within
+//                                     65536 / n registers; nothing on the emulator)
 //   BRAID_DEVICE T f(...)             a device function (braid/core/config.hpp)
 //   BRAID_SHARED T x;                 a block-shared variable, at block scope in a kernel
+//   const BRAID_GRID_CONSTANT T p     a kernel parameter whose address may be taken and indexed: it
+//                                     stays in the parameter space (__grid_constant__), never copied
+//                                     to a per-thread (local memory) copy
 //   gpu::thread_index(), block_index(), block_size(), grid_size()     x coordinates (1-D launches)
 //   gpu::sync_block()                 __syncthreads
 //   gpu::atomic_ref<T, gpu::scope::device / system>   load, store, fetch_add, fetch_max, exchange,
@@ -12,6 +18,14 @@
 //   gpu::fence_system()               __threadfence_system (see below for the emulator)
 //   gpu::clock_ns()                   %globaltimer (ns)
 //   gpu::sleep_ns(ns)                 __nanosleep; on the emulator a yield point
+//   gpu::bytes<N>                     N bytes (1, 2, 4, 8, 16) aligned to N, held in registers
+//   gpu::load_global<N>(p), gpu::store_global<N>(p, v)   one N-byte access to global memory, p aligned
+//                                     to N: ld.global / st.global (LDG / STG), weak (no order: the
+//                                     protocol's acquire and block barriers order them), never the
+//                                     non-coherent path (.nc), so data written during the kernel is
+//                                     read as it is; a plain copy on the emulator
+//   BRAID_UNROLL                      before a loop with a constant trip count: unroll it fully
+//   BRAID_NO_UNROLL                   before a loop: keep it rolled (its body is unrolled already)
 //   gpu::launch(kernel, grid, block, shared_bytes, stream, args...)   instead of <<<...>>>; returns
 //                                     the launch's cudaError_t (what cudaGetLastError would say)
 //   gpu::launch_cooperative(...)      the same as a cooperative launch (cudaLaunchCooperativeKernel):
@@ -26,6 +40,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -49,10 +64,25 @@ namespace braid::gpu {
 enum class scope { device, system };
 enum class memory_order { relaxed, acquire, release, acq_rel, seq_cst };
 
+namespace detail {
+template <int N> struct bytes_word { using type = unsigned int; static constexpr int count = N / 4; };
+template <> struct bytes_word<2> { using type = unsigned short; static constexpr int count = 1; };
+template <> struct bytes_word<1> { using type = unsigned char; static constexpr int count = 1; };
+} // namespace detail
+
+template <int N> struct alignas(N) bytes {
+  static_assert(N == 1 || N == 2 || N == 4 || N == 8 || N == 16, "braid::gpu::bytes: 1, 2, 4, 8 or 16 bytes");
+  typename detail::bytes_word<N>::type w[detail::bytes_word<N>::count];
+};
+
 #if defined(__CUDACC__)
 
 #define BRAID_KERNEL __global__
+#define BRAID_KERNEL_BOUNDED(max_threads) __global__ __launch_bounds__(max_threads)
 #define BRAID_SHARED __shared__
+#define BRAID_GRID_CONSTANT __grid_constant__
+#define BRAID_UNROLL _Pragma("unroll")
+#define BRAID_NO_UNROLL _Pragma("unroll 1")
 
 BRAID_DEVICE unsigned thread_index() { return threadIdx.x; }
 BRAID_DEVICE unsigned block_index() { return blockIdx.x; }
@@ -66,6 +96,44 @@ BRAID_DEVICE std::uint64_t clock_ns() {
   return t;
 }
 BRAID_DEVICE void sleep_ns(unsigned ns) { __nanosleep(ns); }
+
+// Volatile asm with a memory clobber: the compiler keeps these in program order with every other
+// memory access (a barrier or acquire before a load stays before it); the hardware may still overlap
+// them, which is the point of issuing several.
+template <int N> BRAID_DEVICE bytes<N> load_global(const void* p) {
+  bytes<N> v;
+  const std::size_t g = __cvta_generic_to_global(p);
+  if constexpr (N == 16) {
+    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3]) : "l"(g) : "memory");
+  } else if constexpr (N == 8) {
+    asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(v.w[0]), "=r"(v.w[1]) : "l"(g) : "memory");
+  } else if constexpr (N == 4) {
+    asm volatile("ld.global.u32 %0, [%1];" : "=r"(v.w[0]) : "l"(g) : "memory");
+  } else if constexpr (N == 2) {
+    asm volatile("ld.global.u16 %0, [%1];" : "=h"(v.w[0]) : "l"(g) : "memory");
+  } else {
+    unsigned x;
+    asm volatile("ld.global.u8 %0, [%1];" : "=r"(x) : "l"(g) : "memory");
+    v.w[0] = static_cast<unsigned char>(x);
+  }
+  return v;
+}
+template <int N> BRAID_DEVICE void store_global(void* p, const bytes<N>& v) {
+  const std::size_t g = __cvta_generic_to_global(p);
+  if constexpr (N == 16) {
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};"
+                 :: "l"(g), "r"(v.w[0]), "r"(v.w[1]), "r"(v.w[2]), "r"(v.w[3]) : "memory");
+  } else if constexpr (N == 8) {
+    asm volatile("st.global.v2.u32 [%0], {%1, %2};" :: "l"(g), "r"(v.w[0]), "r"(v.w[1]) : "memory");
+  } else if constexpr (N == 4) {
+    asm volatile("st.global.u32 [%0], %1;" :: "l"(g), "r"(v.w[0]) : "memory");
+  } else if constexpr (N == 2) {
+    asm volatile("st.global.u16 [%0], %1;" :: "l"(g), "h"(v.w[0]) : "memory");
+  } else {
+    asm volatile("st.global.u8 [%0], %1;" :: "l"(g), "r"(static_cast<unsigned>(v.w[0])) : "memory");
+  }
+}
 
 namespace detail {
 template <scope S> struct cuda_scope;
@@ -129,7 +197,16 @@ inline const char* device_kind() { return "CUDA GPU"; }
 #else // the emulated device
 
 #define BRAID_KERNEL
+#define BRAID_KERNEL_BOUNDED(max_threads)
 #define BRAID_SHARED static thread_local // one OS thread runs one block at a time: per-block storage
+#define BRAID_GRID_CONSTANT
+#if defined(__clang__)
+#define BRAID_UNROLL _Pragma("unroll")
+#define BRAID_NO_UNROLL _Pragma("unroll 1")
+#else
+#define BRAID_UNROLL _Pragma("GCC unroll 16")
+#define BRAID_NO_UNROLL _Pragma("GCC unroll 1")
+#endif
 
 inline unsigned thread_index() { return emu::thread_index(); }
 inline unsigned block_index() { return emu::block_index(); }
@@ -143,6 +220,13 @@ inline void fence_system() {
 }
 inline std::uint64_t clock_ns() { return emu::clock_ns(); }
 inline void sleep_ns(unsigned) { emu::yield_thread(); }
+
+template <int N> inline bytes<N> load_global(const void* p) {
+  bytes<N> v;
+  std::memcpy(&v, p, N);
+  return v;
+}
+template <int N> inline void store_global(void* p, const bytes<N>& v) { std::memcpy(p, &v, N); }
 
 namespace detail {
 constexpr std::memory_order order(memory_order o) {

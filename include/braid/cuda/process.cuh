@@ -91,8 +91,11 @@ template <class T> struct sources {
   const T* p[max_ranks];
 };
 
+// Launched with process_options::threads (512) threads per block: the bound keeps ptxas within 128
+// registers. The sources stay in the parameter space (grid constant), where reduce_copy reads them.
 template <class T, class Op>
-BRAID_KERNEL void reduce_kernel(sources<T> s, int ns, T* dst, T* dst2, u64 count, Op op, bool final, int nranks) {
+BRAID_KERNEL_BOUNDED(512) void reduce_kernel(const BRAID_GRID_CONSTANT sources<T> s, int ns, T* dst, T* dst2, u64 count, Op op,
+                                             bool final, int nranks) {
   const u64 tid = static_cast<u64>(gpu::block_index()) * gpu::block_size() + gpu::thread_index();
   const u64 nthreads = static_cast<u64>(gpu::grid_size()) * gpu::block_size();
   cuda_detail::reduce_copy<T>(s.p, ns, dst, dst2, count, op, final, nranks, tid, nthreads);
@@ -125,8 +128,8 @@ public:
     error_context ctx{r, "cuda::process_communicator", 0, -1};
     try {
       if (n > ipc_detail::max_ranks) raise(errc::unsupported, "at most 64 ranks", ctx);
-      if (o.reduce_blocks < 1 || o.threads < 32 || o.threads > 1024)
-        raise(errc::invalid_argument, "reduce_blocks must be >= 1 and threads within [32, 1024]", ctx);
+      if (o.reduce_blocks < 1 || o.threads < 32 || o.threads > 512) // 512: reduce_kernel's launch bound
+        raise(errc::invalid_argument, "reduce_blocks must be >= 1 and threads within [32, 512]", ctx);
       int count = 0;
       BRAID_CUDA_CHECK(cudaGetDeviceCount(&count));
       if (count < 1) raise(errc::unsupported, "no CUDA device", ctx);

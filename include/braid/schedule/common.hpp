@@ -109,7 +109,8 @@ struct step {
   bool final = false;            // the result is fully reduced: apply the operator's finalize
   BRAID_HD constexpr int count_sources(int nranks) const { return all ? nranks : nsrc; }
   BRAID_HD constexpr source source_at(int i) const {
-    if (!all) return src[i];
+    // a select, not src[i]: a run-time index into the array would put the step in local memory on a GPU
+    if (!all) return i == 0 ? src[0] : i == 1 ? src[1] : src[2];
     source s = all_src;
     s.rank = i;
     return s;
