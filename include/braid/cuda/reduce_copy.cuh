@@ -308,6 +308,16 @@ BRAID_DEVICE void reduce_copy(const T* const* src, int ns, T* dst, T* dst2, std:
   bool copy = ns == 1;
   if constexpr (has_finalize<Op, A>) copy = copy && !final;
   if (copy || !reduces) { // bytes move unchanged (no round trip through A)
+    // In place (the source is the destination: an all_gather's own block): nothing to move there.
+    // Skipping it is not only cheaper: a copy of a buffer onto itself still writes it, with another
+    // thread-to-byte map than a step that reads it (the widths differ), unordered across blocks.
+    if (static_cast<const void*>(src[0]) == static_cast<const void*>(dst)) {
+      if (!dst2) return;
+      dst = dst2;
+      dst2 = nullptr;
+    } else if (dst2 && static_cast<const void*>(src[0]) == static_cast<const void*>(dst2)) {
+      dst2 = nullptr;
+    }
     rc_detail::copy_bytes<copy_unroll>(reinterpret_cast<const unsigned char*>(src[0]), reinterpret_cast<unsigned char*>(dst),
                                        reinterpret_cast<unsigned char*>(dst2), count * sizeof(T), tid, nthreads);
     return;
