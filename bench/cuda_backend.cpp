@@ -416,7 +416,8 @@ int run_kernel_table(const config& cfg) {
               "memcpy", "copy", "sum of 2", "copy/", "sum2/");
   std::printf("# %10s  %8s  %6s  %7s  %9s  %9s  %9s  %7s  %7s\n", "", "", "", "", "(GB/s)", "(GB/s)", "(GB/s)",
               "memcpy", "memcpy");
-  const int grids[] = {32, 4 * p.multiProcessorCount}; // braid's per-rank default, and the whole GPU
+  // create_group's grid for one rank alone on a GPU (half the SMs, one block each), and the whole GPU
+  const int grids[] = {std::max(1, p.multiProcessorCount / 2), 4 * p.multiProcessorCount};
   for (dtype t : cfg.types) {
     if (t != dtype::float32 && t != dtype::bfloat16) {
       std::printf("# %s: --kernel times float and bfloat16 only: skipped\n", std::string(braid::name(t)).c_str());
