@@ -428,7 +428,7 @@ private:
     const detail::call_shape sh = detail::validate_call<c, T>(in, out, count, root, n, r, co.algorithm, p.cx.ctx);
     const bool reads_in = sh.reads_in, writes_out = sh.writes_out, in_place = sh.in_place;
     const std::size_t in_n = sh.in_n, out_n = sh.out_n;
-    if (count == 0 && !p.opts.debug) return; // debug mode checks even empty calls' fingerprints
+    if (count == 0) return; // not counted, synchronises nothing, in debug mode too (api.md)
     const algo a = algorithm_for(c, static_cast<std::uint64_t>(in_n) * sizeof(T), co.algorithm);
     if (!supports(a, c)) detail::raise_unsupported_algorithm(a, c, p.cx.ctx);
     bool fits = true;
@@ -445,7 +445,6 @@ private:
                               static_cast<std::uint64_t>(count), rooted ? static_cast<std::uint64_t>(root) + 1 : 0,
                               ++p.collectives});
       }
-      if (count == 0) return;
       if (n == 1) {
         if (!writes_out) return;
         const bool reduces = c == collective::all_reduce || c == collective::reduce || c == collective::reduce_scatter;
