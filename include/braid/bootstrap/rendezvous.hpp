@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <fcntl.h>
@@ -154,6 +155,9 @@ auto recv_message(int fd, wire::msg_type t, std::vector<int>* got, clock::time_p
 
 } // namespace detail
 
+// The wire format and the segment carry process ids as int32_t (pid_t on Linux).
+static_assert(sizeof(pid_t) == sizeof(std::int32_t) && std::is_signed_v<pid_t>, "braid needs a 32-bit signed pid_t");
+
 struct rendezvous_result {
   mapped_memory segment;
   std::vector<std::int32_t> pids;
@@ -175,7 +179,7 @@ rendezvous_result rendezvous(const unique_id& id, int rank, int nranks, std::uin
   const sockaddr_un addr = abstract_address(id.socket_name(), alen);
   rendezvous_result res;
   res.pids.assign(static_cast<std::size_t>(nranks), 0);
-  res.pids[static_cast<std::size_t>(rank)] = static_cast<std::int32_t>(::getpid());
+  res.pids[static_cast<std::size_t>(rank)] = ::getpid();
 
   if (rank == 0) {
     socket_fd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -246,7 +250,7 @@ rendezvous_result rendezvous(const unique_id& id, int rank, int nranks, std::uin
   std::memcpy(h.secret, id.secret.data(), 16);
   h.rank = rank;
   h.nranks = nranks;
-  h.pid = static_cast<std::int32_t>(::getpid());
+  h.pid = ::getpid();
   send_all(conn.get(), wire::encode_hello(h), {}, deadline, rank);
   std::vector<int> fds;
   wire::welcome w;

@@ -441,8 +441,8 @@ private:
         const bool rooted = c == collective::broadcast || c == collective::reduce;
         check_fingerprint(p, {static_cast<std::uint64_t>(c) | static_cast<std::uint64_t>(dtype_of_v<T>) << 8 |
                                   static_cast<std::uint64_t>(op_kind_v<Op>) << 16 | static_cast<std::uint64_t>(a) << 24 |
-                                  static_cast<std::uint64_t>(sizeof(T) & 0xffffffu) << 32,
-                              static_cast<std::uint64_t>(count), rooted ? static_cast<std::uint64_t>(root) + 1 : 0,
+                                  std::uint64_t{sizeof(T) & 0xffffffu} << 32,
+                              std::uint64_t{count}, rooted ? static_cast<std::uint64_t>(root) + 1 : 0,
                               ++p.collectives});
       }
       if (n == 1) {
@@ -612,7 +612,7 @@ private:
     p.cx.mode = mode;
     p.cx.timeout = opts.timeout;
     host::rank_control& me = p.cx.self();
-    me.pid = static_cast<std::int32_t>(::getpid());
+    me.pid = ::getpid();
     me.state.store(static_cast<std::uint32_t>(host::rank_state::active), std::memory_order_release);
     return c;
   }
