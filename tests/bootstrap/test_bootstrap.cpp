@@ -464,6 +464,84 @@ TEST_CASE("bad environment values: each message says what is wrong with the valu
   }
 }
 
+// ---- a socket whose peer is gone ------------------------------------------------------------------------
+
+// Issue 18: end of file, ECONNRESET and EPIPE all mean the peer closed its end or died; each is the
+// documented protocol_error, carrying the caller's context (rank, call, sequence, peer) and the errno.
+namespace {
+struct closed_peer {
+  int code = 0, rank = -2, peer = -2, sys_errno = -1;
+  std::uint64_t seq = 0;
+  std::string collective, what;
+};
+template <class F> closed_peer catch_closed(F&& f) {
+  closed_peer o;
+  try {
+    f();
+  } catch (const braid::error& e) {
+    o = closed_peer{static_cast<int>(e.code()), e.rank(), e.peer(), e.sys_errno(), e.sequence(), std::string(e.collective()), e.what()};
+  }
+  return o;
+}
+void check_closed(const closed_peer& o, int want_errno) {
+  INFO(o.what);
+  CHECK(o.code == static_cast<int>(errc::protocol));
+  CHECK(o.rank == 3);
+  CHECK(o.peer == 5);
+  CHECK(o.collective == "alloc");
+  CHECK(o.seq == 7);
+  CHECK(o.sys_errno == want_errno);
+  CHECK(o.what.find("rank 5 closed the connection (it closed its communicator, or it died)") != std::string::npos);
+}
+} // namespace
+
+TEST_CASE("socket errors: a peer that closed or died is protocol_error naming it, whatever errno the socket gave") {
+  namespace hd = braid::host::detail;
+  const braid::error_context who{3, "alloc", 7, 5};
+  const auto deadline = hd::clock::now() + std::chrono::seconds(5);
+  std::byte buf[16];
+
+  { // end of file: the peer closed with nothing unread
+    int sv[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    ::close(sv[1]);
+    check_closed(catch_closed([&] { hd::recv_all(sv[0], buf, sizeof buf, nullptr, deadline, who); }), 0);
+    ::close(sv[0]);
+  }
+  { // ECONNRESET: the peer's process went with bytes of ours unread in its socket
+    int sv[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    REQUIRE(::send(sv[0], "x", 1, MSG_NOSIGNAL) == 1);
+    ::close(sv[1]);
+    check_closed(catch_closed([&] { hd::recv_all(sv[0], buf, sizeof buf, nullptr, deadline, who); }), ECONNRESET);
+    ::close(sv[0]);
+  }
+  { // EPIPE: sending to a peer that closed its end
+    int sv[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    ::close(sv[1]);
+    const std::vector<std::byte> msg(64, std::byte{1});
+    check_closed(catch_closed([&] { hd::send_all(sv[0], msg, {}, deadline, who); }), EPIPE);
+    ::close(sv[0]);
+  }
+  // The mapping itself: these four errnos mean the other end is gone; others stay system_error.
+  for (int e : {ECONNRESET, EPIPE, ECONNABORTED, ENOTCONN}) {
+    CHECK(hd::peer_gone_errno(e));
+    check_closed(catch_closed([&] { hd::raise_socket_errno("recvmsg", __FILE__, __LINE__, e, who); }), e);
+  }
+  for (int e : {EBADF, ENOMEM, EINVAL}) {
+    CHECK_FALSE(hd::peer_gone_errno(e));
+    const closed_peer o = catch_closed([&] { hd::raise_socket_errno("recvmsg", __FILE__, __LINE__, e, who); });
+    CHECK(o.code == static_cast<int>(errc::system));
+    CHECK(o.peer == 5);
+    CHECK(o.sys_errno == e);
+  }
+  // During join a closed connection means refused or dead; before a hello the peer is not known.
+  const closed_peer j = catch_closed([] { hd::raise_peer_closed(braid::error_context{0, "rendezvous", 0, -1}, 0); });
+  CHECK(j.code == static_cast<int>(errc::protocol));
+  CHECK(j.what.find("the peer closed the connection (it refused this rank, or it died)") != std::string::npos);
+}
+
 // ---- wire format --------------------------------------------------------------------------------------
 
 namespace {

@@ -294,13 +294,20 @@ private:
     std::vector<std::uint64_t> sizes(static_cast<std::size_t>(n), 0);
     std::vector<int> fds(static_cast<std::size_t>(n), -1); // received descriptors, by rank
     auto close_all = [&] { for (int q = 0; q < n; ++q) if (q != r && fds[static_cast<std::size_t>(q)] >= 0) ::close(fds[static_cast<std::size_t>(q)]); };
+    // Errors on the socket to rank q: this rank, "alloc" and its sequence number, peer q.
+    auto with_peer = [&](int q) {
+      error_context c = p.cx.ctx;
+      c.peer = q;
+      return c;
+    };
     sizes[static_cast<std::size_t>(r)] = mine.size();
     fds[static_cast<std::size_t>(r)] = mine.fd();
     try {
       if (r == 0) {
         for (int q = 1; q < n; ++q) {
           std::vector<int> got;
-          const auto offer = recv_message(p.sockets[static_cast<std::size_t>(q)].get(), wire::msg_type::reg_offer, &got, deadline, r, wire::parse_reg_offer);
+          const auto offer = recv_message(p.sockets[static_cast<std::size_t>(q)].get(), wire::msg_type::reg_offer, &got, deadline,
+                                          with_peer(q), wire::parse_reg_offer);
           if (got.size() != 1 || offer.alloc_id != id) {
             for (int f : got) ::close(f);
             raise(errc::mismatch, "alloc: rank " + std::to_string(q) + " is at a different allocation (calls to alloc must match on every rank)");
@@ -312,12 +319,12 @@ private:
         for (int q = 1; q < n; ++q) {
           std::vector<int> pass;
           for (int k = 0; k < n; ++k) if (k != q) pass.push_back(fds[static_cast<std::size_t>(k)]);
-          send_all(p.sockets[static_cast<std::size_t>(q)].get(), table, pass, deadline, r);
+          send_all(p.sockets[static_cast<std::size_t>(q)].get(), table, pass, deadline, with_peer(q));
         }
       } else {
-        send_all(p.sockets[0].get(), wire::encode_reg_offer(wire::reg_offer{id, mine.size()}), {mine.fd()}, deadline, r);
+        send_all(p.sockets[0].get(), wire::encode_reg_offer(wire::reg_offer{id, mine.size()}), {mine.fd()}, deadline, with_peer(0));
         std::vector<int> got;
-        const auto t = recv_message(p.sockets[0].get(), wire::msg_type::reg_table, &got, deadline, r, wire::parse_reg_table);
+        const auto t = recv_message(p.sockets[0].get(), wire::msg_type::reg_table, &got, deadline, with_peer(0), wire::parse_reg_table);
         if (t.alloc_id != id || t.bytes.size() != static_cast<std::size_t>(n) || got.size() != static_cast<std::size_t>(n - 1)) {
           for (int f : got) ::close(f);
           raise(errc::protocol, "alloc: rank 0 sent a registration table that does not match this allocation");
