@@ -373,6 +373,175 @@ TEST_CASE("launch_info_from_env: missing or contradictory variables") {
   expect_invalid([] { (void)braid::launch_info_from_env(); }, "LOCAL_WORLD_SIZE not a number");
 }
 
+// Issue 18: a bad value's message says what is wrong with it (not "cannot parse" for a value that
+// parses), and names the variable and the value.
+TEST_CASE("bad environment values: each message says what is wrong with the value") {
+  struct bad_value {
+    const char* var;
+    const char* value;
+    const char* says;
+  };
+  const bad_value cases[] = {
+      {"BRAID_TIMEOUT", "0", "BRAID_TIMEOUT='0' must be positive"},
+      {"BRAID_TIMEOUT", "0ms", "BRAID_TIMEOUT='0ms' must be positive"},
+      {"BRAID_TIMEOUT", "0.0", "BRAID_TIMEOUT='0.0' must be positive"},
+      {"BRAID_TIMEOUT", "-5", "BRAID_TIMEOUT='-5' must be positive"},
+      {"BRAID_TIMEOUT", "-1.5s", "BRAID_TIMEOUT='-1.5s' must be positive"},
+      {"BRAID_TIMEOUT", "abc", "BRAID_TIMEOUT='abc' is not a number"},
+      {"BRAID_TIMEOUT", "ms", "BRAID_TIMEOUT='ms' is not a number"},
+      {"BRAID_TIMEOUT", ".", "BRAID_TIMEOUT='.' is not a number"},
+      {"BRAID_TIMEOUT", " 1", "BRAID_TIMEOUT=' 1' is not a number"},
+      {"BRAID_TIMEOUT", "10x", "BRAID_TIMEOUT='10x' has an unknown unit 'x' (s, ms, us, m or min"},
+      {"BRAID_TIMEOUT", "5h", "BRAID_TIMEOUT='5h' has an unknown unit 'h'"},
+      {"BRAID_TIMEOUT", "1e3", "BRAID_TIMEOUT='1e3' has an unknown unit 'e3'"},
+      {"BRAID_TIMEOUT", "10 ms", "BRAID_TIMEOUT='10 ms' has an unknown unit ' ms'"},
+      {"BRAID_TIMEOUT", "99999999999", "BRAID_TIMEOUT='99999999999' is too large (at most 10^18 ns"},
+      {"BRAID_STAGING_BYTES", "0", "BRAID_STAGING_BYTES='0' must be positive"},
+      {"BRAID_STAGING_BYTES", "-1", "BRAID_STAGING_BYTES='-1' must be positive"},
+      {"BRAID_STAGING_BYTES", "4096", "BRAID_STAGING_BYTES='4096' is below the minimum of 64K (65536 bytes)"},
+      {"BRAID_STAGING_BYTES", "63K", "BRAID_STAGING_BYTES='63K' is below the minimum of 64K"},
+      {"BRAID_STAGING_BYTES", "abc", "BRAID_STAGING_BYTES='abc' is not a number"},
+      {"BRAID_STAGING_BYTES", "16m", "BRAID_STAGING_BYTES='16m' has an unknown unit 'm' (K, KiB, M, MiB, G or GiB"},
+      {"BRAID_STAGING_BYTES", "16MB", "BRAID_STAGING_BYTES='16MB' has an unknown unit 'MB'"},
+      {"BRAID_STAGING_BYTES", "1.5M", "BRAID_STAGING_BYTES='1.5M' must be a whole number"},
+      {"BRAID_STAGING_BYTES", "2048G", "BRAID_STAGING_BYTES='2048G' is larger than 1 TiB"},
+      {"BRAID_STAGING_BYTES", "99999999999999999999999", "BRAID_STAGING_BYTES='99999999999999999999999' is larger than 1 TiB"},
+      {"BRAID_ALGO", "bogus", "BRAID_ALGO: unknown algorithm 'bogus'"},
+      {"BRAID_ALGO", "bogus=ring", "BRAID_ALGO: unknown collective 'bogus'"},
+  };
+  for (const auto& c : cases) {
+    env_scope env;
+    clean_env(env);
+    env.set(c.var, c.value);
+    INFO(c.var << "=" << c.value);
+    std::string what;
+    try {
+      (void)braid::options::from_env();
+    } catch (const braid::invalid_argument& e) {
+      what = e.what();
+    }
+    CHECK_MESSAGE(what.find(c.says) != std::string::npos, "got: " << what << "\nwant: " << c.says);
+  }
+
+  // The launcher's variables: named, with the value and what is wrong with it.
+  const bad_value launch[] = {
+      {"RANK", "-1", "RANK='-1' must not be negative"},
+      {"RANK", "abc", "RANK='abc' is not a number"},
+      {"RANK", "1 ", "RANK='1 ' is not a number"},
+      {"RANK", "2", "RANK='2' must be below WORLD_SIZE='2'"},
+      {"WORLD_SIZE", "0", "WORLD_SIZE='0' must be at least 1"},
+      {"WORLD_SIZE", "-2", "WORLD_SIZE='-2' must be at least 1"},
+      {"WORLD_SIZE", "x", "WORLD_SIZE='x' is not a number"},
+      {"WORLD_SIZE", "99999999999", "WORLD_SIZE='99999999999' is too large (at most 1048576)"},
+      {"LOCAL_WORLD_SIZE", "many", "LOCAL_WORLD_SIZE='many' is not a number"},
+      {"BRAID_UNIQUE_ID", "12ab", "BRAID_UNIQUE_ID: unique id must be 64 hex digits, got 4 characters"},
+  };
+  for (const auto& c : launch) {
+    env_scope env;
+    clean_env(env);
+    env.set("RANK", "0").set("WORLD_SIZE", "2").set("MASTER_ADDR", "127.0.0.1").set("MASTER_PORT", "29500");
+    env.set(c.var, c.value);
+    INFO(c.var << "=" << c.value);
+    std::string what;
+    try {
+      (void)braid::launch_info_from_env();
+    } catch (const braid::invalid_argument& e) {
+      what = e.what();
+    }
+    CHECK_MESSAGE(what.find(c.says) != std::string::npos, "got: " << what << "\nwant: " << c.says);
+  }
+  {
+    env_scope env;
+    clean_env(env);
+    env.set("OMPI_COMM_WORLD_RANK", "x1").set("OMPI_COMM_WORLD_SIZE", "2").set("OMPI_MCA_ess_base_jobid", "1");
+    std::string what;
+    try {
+      (void)braid::launch_info_from_env();
+    } catch (const braid::invalid_argument& e) {
+      what = e.what();
+    }
+    CHECK_MESSAGE(what.find("OMPI_COMM_WORLD_RANK='x1' is not a number") != std::string::npos, "got: " << what);
+  }
+}
+
+// ---- a socket whose peer is gone ------------------------------------------------------------------------
+
+// Issue 18: end of file, ECONNRESET and EPIPE all mean the peer closed its end or died; each is the
+// documented protocol_error, carrying the caller's context (rank, call, sequence, peer) and the errno.
+namespace {
+struct closed_peer {
+  int code = 0, rank = -2, peer = -2, sys_errno = -1;
+  std::uint64_t seq = 0;
+  std::string collective, what;
+};
+template <class F> closed_peer catch_closed(F&& f) {
+  closed_peer o;
+  try {
+    f();
+  } catch (const braid::error& e) {
+    o = closed_peer{static_cast<int>(e.code()), e.rank(), e.peer(), e.sys_errno(), e.sequence(), std::string(e.collective()), e.what()};
+  }
+  return o;
+}
+void check_closed(const closed_peer& o, int want_errno) {
+  INFO(o.what);
+  CHECK(o.code == static_cast<int>(errc::protocol));
+  CHECK(o.rank == 3);
+  CHECK(o.peer == 5);
+  CHECK(o.collective == "alloc");
+  CHECK(o.seq == 7);
+  CHECK(o.sys_errno == want_errno);
+  CHECK(o.what.find("rank 5 closed the connection (it closed its communicator, or it died)") != std::string::npos);
+}
+} // namespace
+
+TEST_CASE("socket errors: a peer that closed or died is protocol_error naming it, whatever errno the socket gave") {
+  namespace hd = braid::host::detail;
+  const braid::error_context who{3, "alloc", 7, 5};
+  const auto deadline = hd::clock::now() + std::chrono::seconds(5);
+  std::byte buf[16];
+
+  { // end of file: the peer closed with nothing unread
+    int sv[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    ::close(sv[1]);
+    check_closed(catch_closed([&] { hd::recv_all(sv[0], buf, sizeof buf, nullptr, deadline, who); }), 0);
+    ::close(sv[0]);
+  }
+  { // ECONNRESET: the peer's process went with bytes of ours unread in its socket
+    int sv[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    REQUIRE(::send(sv[0], "x", 1, MSG_NOSIGNAL) == 1);
+    ::close(sv[1]);
+    check_closed(catch_closed([&] { hd::recv_all(sv[0], buf, sizeof buf, nullptr, deadline, who); }), ECONNRESET);
+    ::close(sv[0]);
+  }
+  { // EPIPE: sending to a peer that closed its end
+    int sv[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    ::close(sv[1]);
+    const std::vector<std::byte> msg(64, std::byte{1});
+    check_closed(catch_closed([&] { hd::send_all(sv[0], msg, {}, deadline, who); }), EPIPE);
+    ::close(sv[0]);
+  }
+  // The mapping itself: these four errnos mean the other end is gone; others stay system_error.
+  for (int e : {ECONNRESET, EPIPE, ECONNABORTED, ENOTCONN}) {
+    CHECK(hd::peer_gone_errno(e));
+    check_closed(catch_closed([&] { hd::raise_socket_errno("recvmsg", __FILE__, __LINE__, e, who); }), e);
+  }
+  for (int e : {EBADF, ENOMEM, EINVAL}) {
+    CHECK_FALSE(hd::peer_gone_errno(e));
+    const closed_peer o = catch_closed([&] { hd::raise_socket_errno("recvmsg", __FILE__, __LINE__, e, who); });
+    CHECK(o.code == static_cast<int>(errc::system));
+    CHECK(o.peer == 5);
+    CHECK(o.sys_errno == e);
+  }
+  // During join a closed connection means refused or dead; before a hello the peer is not known.
+  const closed_peer j = catch_closed([] { hd::raise_peer_closed(braid::error_context{0, "rendezvous", 0, -1}, 0); });
+  CHECK(j.code == static_cast<int>(errc::protocol));
+  CHECK(j.what.find("the peer closed the connection (it refused this rank, or it died)") != std::string::npos);
+}
+
 // ---- wire format --------------------------------------------------------------------------------------
 
 namespace {

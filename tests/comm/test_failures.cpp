@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <latch>
 #include <mutex>
 #include <new>
@@ -428,6 +429,71 @@ TEST_CASE("failures: a process that dies makes every survivor raise peer_error w
   }
 }
 
+
+// Issue 18: a peer that died before alloc. Over the sockets alloc uses, a dead peer shows up as end of
+// file, ECONNRESET or EPIPE, depending on what was unread when its process went; whichever, each
+// survivor must raise the documented protocol_error (guarantees.md: a connection closed by a peer that
+// closed its communicator or died) naming itself, alloc and the peer at the other end of its socket.
+// Rank 1 dies; rank 0 reads rank 1's offer and fails; rank 2, whose offer rank 0 never read, then sees
+// rank 0's end go when rank 0's process exits (ECONNRESET, most often). Or rank 2 reaches alloc only
+// after rank 0 published its failure, and alloc's entry check refuses it with usage_error quoting
+// rank 0's error (api.md, entry check): accepted too, and that quote must name rank 1.
+TEST_CASE("failures: a process that dies before alloc: each survivor raises protocol_error naming the peer") {
+  struct alloc_record {
+    int code[3] = {};
+    int rank[3] = {};
+    int peer[3] = {};
+    int sys_errno[3] = {};
+    std::uint64_t seq[3] = {};
+    char collective[3][16] = {};
+    char what[3][512] = {};
+  };
+  for (int trial = 0; trial < 5; ++trial) {
+    INFO("trial " << trial);
+    alloc_record* rec = shared_object<alloc_record>();
+    const auto status = braid::testing::fork_ranks(3, [&](int rank, const braid::unique_id& id) {
+      communicator c = communicator::join(id, rank, 3, with_timeout(5s));
+      c.barrier(); // call 1
+      if (rank == 1) ::_exit(3);
+      try {
+        auto b = c.alloc<float>(1 << 16); // call 2
+        (void)b;
+      } catch (const braid::error& e) {
+        const auto r = static_cast<std::size_t>(rank);
+        rec->code[r] = static_cast<int>(e.code());
+        rec->rank[r] = e.rank();
+        rec->peer[r] = e.peer();
+        rec->sys_errno[r] = e.sys_errno();
+        rec->seq[r] = e.sequence();
+        std::snprintf(rec->collective[r], sizeof rec->collective[r], "%.*s", static_cast<int>(e.collective().size()),
+                      e.collective().data());
+        std::snprintf(rec->what[r], sizeof rec->what[r], "%s", e.what());
+      }
+      return 0;
+    }, 60s);
+    CHECK(status[1] == 3);
+    for (int r : {0, 2}) {
+      const auto ur = static_cast<std::size_t>(r);
+      const int other = r == 0 ? 1 : 0; // the rank at the other end of this survivor's socket
+      INFO("rank " << r << ": " << std::string(rec->what[ur]) << " (errno " << rec->sys_errno[ur] << ")");
+      CHECK(status[ur] == 0);
+      if (r == 2 && rec->code[ur] == static_cast<int>(errc::invalid_usage)) {
+        CHECK(std::string(rec->what[ur]).find("refuses further calls") != std::string::npos);
+        CHECK(std::string(rec->what[ur]).find("rank 1 closed the connection") != std::string::npos);
+        MESSAGE("trial " << trial << ", rank 2 (entered after rank 0's failure): " << std::string(rec->what[ur]));
+        continue;
+      }
+      CHECK(rec->code[ur] == static_cast<int>(errc::protocol));
+      CHECK(rec->rank[ur] == r);
+      CHECK(rec->peer[ur] == other);
+      CHECK(std::string(rec->collective[ur]) == "alloc");
+      CHECK(rec->seq[ur] == 2);
+      CHECK(std::string(rec->what[ur]).find("rank " + std::to_string(other) + " closed the connection") != std::string::npos);
+      MESSAGE("trial " << trial << ", rank " << r << ": " << std::string(rec->what[ur]));
+    }
+    release_shared(rec);
+  }
+}
 
 TEST_CASE("run_threads rethrows the root cause, not a later rank's refusal") {
   using namespace std::chrono_literals;

@@ -60,10 +60,10 @@ void over_socket(wire::msg_type t, const std::byte* d, std::size_t n) {
     std::vector<int> fds;
     try {
       switch (t) {
-      case wire::msg_type::hello: host::detail::recv_message(sv[0], t, &fds, deadline, 0, wire::parse_hello); break;
-      case wire::msg_type::welcome: host::detail::recv_message(sv[0], t, &fds, deadline, 0, wire::parse_welcome); break;
-      case wire::msg_type::reg_offer: host::detail::recv_message(sv[0], t, &fds, deadline, 0, wire::parse_reg_offer); break;
-      case wire::msg_type::reg_table: host::detail::recv_message(sv[0], t, &fds, deadline, 0, wire::parse_reg_table); break;
+      case wire::msg_type::hello: host::detail::recv_message(sv[0], t, &fds, deadline, braid::error_context{}, wire::parse_hello); break;
+      case wire::msg_type::welcome: host::detail::recv_message(sv[0], t, &fds, deadline, braid::error_context{}, wire::parse_welcome); break;
+      case wire::msg_type::reg_offer: host::detail::recv_message(sv[0], t, &fds, deadline, braid::error_context{}, wire::parse_reg_offer); break;
+      case wire::msg_type::reg_table: host::detail::recv_message(sv[0], t, &fds, deadline, braid::error_context{}, wire::parse_reg_table); break;
       }
     } catch (const error&) {
     }

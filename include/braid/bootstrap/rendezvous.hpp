@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <fcntl.h>
@@ -61,15 +63,43 @@ inline sockaddr_un abstract_address(const std::string& name, socklen_t& len) {
   return a;
 }
 
-[[noreturn]] inline void rendezvous_timeout(int rank, const std::string& what) {
-  error_context c;
-  c.rank = rank;
+// The socket helpers below take `who`: this rank, the call ("rendezvous" for join, "alloc" with its
+// sequence number) and the peer at the other end of the socket (-1 where not known yet: rank 0 before
+// a hello). Their errors carry it.
+
+[[noreturn]] inline void rendezvous_timeout(const error_context& who, const std::string& what) {
+  error_context c = who;
   c.collective = "rendezvous";
+  c.seq = 0;
   raise(errc::timeout, what + " before the deadline (BRAID_TIMEOUT / options::timeout)", c);
 }
 
+// errno values with which a stream socket says that the other end is gone: it closed its end or its
+// process died (with data unread on either side, Linux reports ECONNRESET on receive and EPIPE on send
+// instead of end of file).
+constexpr bool peer_gone_errno(int e) noexcept { return e == ECONNRESET || e == EPIPE || e == ECONNABORTED || e == ENOTCONN; }
+
+// A connection the peer closed, or lost with its process (e = its errno; 0 = end of file): the
+// documented kind for that, protocol_error, whatever the socket said, naming the peer where known.
+[[noreturn]] inline void raise_peer_closed(const error_context& who, int e, const char* call = "", const char* file = nullptr,
+                                           int line = 0) {
+  std::string m = (who.peer >= 0 ? "rank " + std::to_string(who.peer) : std::string("the peer")) + " closed the connection";
+  m += who.collective && std::string_view(who.collective) == "rendezvous" ? " (it refused this rank, or it died)"
+                                                                          : " (it closed its communicator, or it died)";
+  if (e != 0) m += ": " + std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")";
+  raise(errc::protocol, m, who, call, file, line, e);
+}
+
+// A failed socket call: the peer's end gone is raise_peer_closed, anything else system_error; both
+// with `who`.
+[[noreturn]] inline void raise_socket_errno(const char* call, const char* file, int line, int e, const error_context& who) {
+  if (peer_gone_errno(e)) raise_peer_closed(who, e, call, file, line);
+  braid::detail::raise_errno(call, file, line, e, who);
+}
+
 // Sends all bytes and, with the first byte, the descriptors in `fds` (at most 250).
-inline void send_all(int fd, const std::vector<std::byte>& buf, const std::vector<int>& fds, clock::time_point deadline, int rank) {
+inline void send_all(int fd, const std::vector<std::byte>& buf, const std::vector<int>& fds, clock::time_point deadline,
+                     const error_context& who) {
   std::size_t off = 0;
   while (off < buf.size()) {
     msghdr mh{};
@@ -92,28 +122,29 @@ inline void send_all(int fd, const std::vector<std::byte>& buf, const std::vecto
       if (errno == EINTR) continue;
       if (errno == EAGAIN) {
         pollfd p{fd, POLLOUT, 0};
-        if (::poll(&p, 1, ms_left(deadline)) == 0 && clock::now() > deadline) rendezvous_timeout(rank, "could not send");
+        if (::poll(&p, 1, ms_left(deadline)) == 0 && clock::now() > deadline) rendezvous_timeout(who, "could not send");
         continue;
       }
-      braid::detail::raise_errno("sendmsg", __FILE__, __LINE__, errno);
+      raise_socket_errno("sendmsg", __FILE__, __LINE__, errno, who);
     }
     off += static_cast<std::size_t>(n);
   }
 }
 
 // Receives exactly n bytes; appends passed descriptors to *got (closes them if got is null).
-inline void recv_all(int fd, std::byte* buf, std::size_t n, std::vector<int>* fds_out, clock::time_point deadline, int rank) {
+inline void recv_all(int fd, std::byte* buf, std::size_t n, std::vector<int>* fds_out, clock::time_point deadline,
+                     const error_context& who) {
   std::size_t off = 0;
   while (off < n) {
     pollfd p{fd, POLLIN, 0};
     const int pr = ::poll(&p, 1, ms_left(deadline));
     if (pr == 0) {
-      if (clock::now() > deadline) rendezvous_timeout(rank, "a rendezvous message did not arrive");
+      if (clock::now() > deadline) rendezvous_timeout(who, "a rendezvous message did not arrive");
       continue;
     }
     if (pr < 0) {
       if (errno == EINTR) continue;
-      braid::detail::raise_errno("poll", __FILE__, __LINE__, errno);
+      braid::detail::raise_errno("poll", __FILE__, __LINE__, errno, who);
     }
     msghdr mh{};
     iovec iov{buf + off, n - off};
@@ -125,7 +156,7 @@ inline void recv_all(int fd, std::byte* buf, std::size_t n, std::vector<int>* fd
     const ssize_t got = ::recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
     if (got < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
-      braid::detail::raise_errno("recvmsg", __FILE__, __LINE__, errno);
+      raise_socket_errno("recvmsg", __FILE__, __LINE__, errno, who);
     }
     for (cmsghdr* cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
       if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
@@ -137,22 +168,26 @@ inline void recv_all(int fd, std::byte* buf, std::size_t n, std::vector<int>* fd
         else ::close(f); // unexpected descriptors are dropped
       }
     }
-    if (got == 0) raise(errc::protocol, "rendezvous peer closed the connection");
+    if (got == 0) raise_peer_closed(who, 0);
     off += static_cast<std::size_t>(got);
   }
 }
 
 template <class Parse>
-auto recv_message(int fd, wire::msg_type t, std::vector<int>* got, clock::time_point deadline, int rank, Parse parse) {
+auto recv_message(int fd, wire::msg_type t, std::vector<int>* got, clock::time_point deadline, const error_context& who,
+                  Parse parse) {
   std::byte hb[sizeof(wire::header)];
-  recv_all(fd, hb, sizeof hb, got, deadline, rank);
+  recv_all(fd, hb, sizeof hb, got, deadline, who);
   const std::uint32_t len = wire::parse_header(hb, sizeof hb, t);
   std::vector<std::byte> payload(len);
-  recv_all(fd, payload.data(), len, got, deadline, rank);
+  recv_all(fd, payload.data(), len, got, deadline, who);
   return parse(payload.data(), payload.size());
 }
 
 } // namespace detail
+
+// The wire format and the segment carry process ids as int32_t (pid_t on Linux).
+static_assert(sizeof(pid_t) == sizeof(std::int32_t) && std::is_signed_v<pid_t>, "braid needs a 32-bit signed pid_t");
 
 struct rendezvous_result {
   mapped_memory segment;
@@ -175,7 +210,7 @@ rendezvous_result rendezvous(const unique_id& id, int rank, int nranks, std::uin
   const sockaddr_un addr = abstract_address(id.socket_name(), alen);
   rendezvous_result res;
   res.pids.assign(static_cast<std::size_t>(nranks), 0);
-  res.pids[static_cast<std::size_t>(rank)] = static_cast<std::int32_t>(::getpid());
+  res.pids[static_cast<std::size_t>(rank)] = ::getpid();
 
   if (rank == 0) {
     socket_fd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -194,7 +229,7 @@ rendezvous_result rendezvous(const unique_id& id, int rank, int nranks, std::uin
       if (pr <= 0) {
         if (pr < 0 && errno != EINTR) braid::detail::raise_errno("poll", __FILE__, __LINE__, errno);
         if (clock::now() > deadline)
-          rendezvous_timeout(0, "only " + std::to_string(joined) + " of " + std::to_string(nranks) + " ranks joined");
+          rendezvous_timeout(error_context{0, "rendezvous", 0, -1}, "only " + std::to_string(joined) + " of " + std::to_string(nranks) + " ranks joined");
         continue;
       }
       socket_fd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
@@ -206,7 +241,7 @@ rendezvous_result rendezvous(const unique_id& id, int rank, int nranks, std::uin
       try {
         // A connection that sends nothing useful must not stall the others for long.
         const auto d = std::min(deadline, clock::now() + std::chrono::seconds(5));
-        h = recv_message(conn.get(), wire::msg_type::hello, nullptr, d, 0, wire::parse_hello);
+        h = recv_message(conn.get(), wire::msg_type::hello, nullptr, d, error_context{0, "rendezvous", 0, -1}, wire::parse_hello);
       } catch (const error&) {
         continue; // foreign or corrupt: drop that connection, keep waiting for real ranks
       }
@@ -225,7 +260,8 @@ rendezvous_result rendezvous(const unique_id& id, int rank, int nranks, std::uin
     w.fixed = wire::welcome_fixed{res.segment.size(), half_bytes, p2p_bytes, nranks, 0};
     w.pids = res.pids;
     const auto msg = wire::encode_welcome(w);
-    for (int r = 1; r < nranks; ++r) send_all(peers[static_cast<std::size_t>(r)].get(), msg, {res.segment.fd()}, deadline, 0);
+    for (int r = 1; r < nranks; ++r)
+      send_all(peers[static_cast<std::size_t>(r)].get(), msg, {res.segment.fd()}, deadline, error_context{0, "rendezvous", 0, r});
     res.sockets = std::move(peers);
     res.half_bytes = half_bytes;
     res.p2p_bytes = p2p_bytes;
@@ -239,19 +275,20 @@ rendezvous_result rendezvous(const unique_id& id, int rank, int nranks, std::uin
     if (::connect(conn.get(), reinterpret_cast<const sockaddr*>(&addr), alen) == 0) break;
     if (errno != ECONNREFUSED && errno != ENOENT && errno != EAGAIN && errno != EINTR)
       braid::detail::raise_errno("connect", __FILE__, __LINE__, errno);
-    if (clock::now() > deadline) rendezvous_timeout(rank, "rank 0 did not open the rendezvous");
+    if (clock::now() > deadline) rendezvous_timeout(error_context{rank, "rendezvous", 0, 0}, "rank 0 did not open the rendezvous");
     ::usleep(2000);
   }
   wire::hello h{};
   std::memcpy(h.secret, id.secret.data(), 16);
   h.rank = rank;
   h.nranks = nranks;
-  h.pid = static_cast<std::int32_t>(::getpid());
-  send_all(conn.get(), wire::encode_hello(h), {}, deadline, rank);
+  h.pid = ::getpid();
+  const error_context to_root{rank, "rendezvous", 0, 0};
+  send_all(conn.get(), wire::encode_hello(h), {}, deadline, to_root);
   std::vector<int> fds;
   wire::welcome w;
   try {
-    w = recv_message(conn.get(), wire::msg_type::welcome, &fds, deadline, rank, wire::parse_welcome);
+    w = recv_message(conn.get(), wire::msg_type::welcome, &fds, deadline, to_root, wire::parse_welcome);
   } catch (...) {
     for (int f : fds) ::close(f);
     throw;

@@ -294,13 +294,20 @@ private:
     std::vector<std::uint64_t> sizes(static_cast<std::size_t>(n), 0);
     std::vector<int> fds(static_cast<std::size_t>(n), -1); // received descriptors, by rank
     auto close_all = [&] { for (int q = 0; q < n; ++q) if (q != r && fds[static_cast<std::size_t>(q)] >= 0) ::close(fds[static_cast<std::size_t>(q)]); };
+    // Errors on the socket to rank q: this rank, "alloc" and its sequence number, peer q.
+    auto with_peer = [&](int q) {
+      error_context c = p.cx.ctx;
+      c.peer = q;
+      return c;
+    };
     sizes[static_cast<std::size_t>(r)] = mine.size();
     fds[static_cast<std::size_t>(r)] = mine.fd();
     try {
       if (r == 0) {
         for (int q = 1; q < n; ++q) {
           std::vector<int> got;
-          const auto offer = recv_message(p.sockets[static_cast<std::size_t>(q)].get(), wire::msg_type::reg_offer, &got, deadline, r, wire::parse_reg_offer);
+          const auto offer = recv_message(p.sockets[static_cast<std::size_t>(q)].get(), wire::msg_type::reg_offer, &got, deadline,
+                                          with_peer(q), wire::parse_reg_offer);
           if (got.size() != 1 || offer.alloc_id != id) {
             for (int f : got) ::close(f);
             raise(errc::mismatch, "alloc: rank " + std::to_string(q) + " is at a different allocation (calls to alloc must match on every rank)");
@@ -312,12 +319,12 @@ private:
         for (int q = 1; q < n; ++q) {
           std::vector<int> pass;
           for (int k = 0; k < n; ++k) if (k != q) pass.push_back(fds[static_cast<std::size_t>(k)]);
-          send_all(p.sockets[static_cast<std::size_t>(q)].get(), table, pass, deadline, r);
+          send_all(p.sockets[static_cast<std::size_t>(q)].get(), table, pass, deadline, with_peer(q));
         }
       } else {
-        send_all(p.sockets[0].get(), wire::encode_reg_offer(wire::reg_offer{id, mine.size()}), {mine.fd()}, deadline, r);
+        send_all(p.sockets[0].get(), wire::encode_reg_offer(wire::reg_offer{id, mine.size()}), {mine.fd()}, deadline, with_peer(0));
         std::vector<int> got;
-        const auto t = recv_message(p.sockets[0].get(), wire::msg_type::reg_table, &got, deadline, r, wire::parse_reg_table);
+        const auto t = recv_message(p.sockets[0].get(), wire::msg_type::reg_table, &got, deadline, with_peer(0), wire::parse_reg_table);
         if (t.alloc_id != id || t.bytes.size() != static_cast<std::size_t>(n) || got.size() != static_cast<std::size_t>(n - 1)) {
           for (int f : got) ::close(f);
           raise(errc::protocol, "alloc: rank 0 sent a registration table that does not match this allocation");
@@ -428,7 +435,7 @@ private:
     const detail::call_shape sh = detail::validate_call<c, T>(in, out, count, root, n, r, co.algorithm, p.cx.ctx);
     const bool reads_in = sh.reads_in, writes_out = sh.writes_out, in_place = sh.in_place;
     const std::size_t in_n = sh.in_n, out_n = sh.out_n;
-    if (count == 0 && !p.opts.debug) return; // debug mode checks even empty calls' fingerprints
+    if (count == 0) return; // not counted, synchronises nothing, in debug mode too (api.md)
     const algo a = algorithm_for(c, static_cast<std::uint64_t>(in_n) * sizeof(T), co.algorithm);
     if (!supports(a, c)) detail::raise_unsupported_algorithm(a, c, p.cx.ctx);
     bool fits = true;
@@ -441,11 +448,10 @@ private:
         const bool rooted = c == collective::broadcast || c == collective::reduce;
         check_fingerprint(p, {static_cast<std::uint64_t>(c) | static_cast<std::uint64_t>(dtype_of_v<T>) << 8 |
                                   static_cast<std::uint64_t>(op_kind_v<Op>) << 16 | static_cast<std::uint64_t>(a) << 24 |
-                                  static_cast<std::uint64_t>(sizeof(T) & 0xffffffu) << 32,
-                              static_cast<std::uint64_t>(count), rooted ? static_cast<std::uint64_t>(root) + 1 : 0,
+                                  std::uint64_t{sizeof(T) & 0xffffffu} << 32,
+                              std::uint64_t{count}, rooted ? static_cast<std::uint64_t>(root) + 1 : 0,
                               ++p.collectives});
       }
-      if (count == 0) return;
       if (n == 1) {
         if (!writes_out) return;
         const bool reduces = c == collective::all_reduce || c == collective::reduce || c == collective::reduce_scatter;
@@ -613,7 +619,7 @@ private:
     p.cx.mode = mode;
     p.cx.timeout = opts.timeout;
     host::rank_control& me = p.cx.self();
-    me.pid = static_cast<std::int32_t>(::getpid());
+    me.pid = ::getpid();
     me.state.store(static_cast<std::uint32_t>(host::rank_state::active), std::memory_order_release);
     return c;
   }

@@ -51,14 +51,20 @@ struct options {
     if (const char* a = std::getenv("BRAID_ALGO"); a && *a) o.apply_algo_spec(a);
     if (const char* s = std::getenv("BRAID_STAGING_BYTES"); s && *s) {
       o.staging_bytes = parse_size(s, "BRAID_STAGING_BYTES");
-      if (o.staging_bytes < (std::size_t{64} << 10)) raise(errc::invalid_argument, "BRAID_STAGING_BYTES must be at least 64K");
+      if (o.staging_bytes < (std::size_t{64} << 10))
+        raise(errc::invalid_argument, "BRAID_STAGING_BYTES='" + std::string(s) + "' is below the minimum of 64K (65536 bytes)");
     }
     if (const char* d = std::getenv("BRAID_DEBUG"); d && *d && std::string_view(d) != "0") o.debug = true;
     return o;
   }
 
+  // BRAID_TIMEOUT's syntax. A bad value raises invalid_argument saying what is wrong with it: not a
+  // number, an unknown unit, not positive, or too large.
   static std::chrono::nanoseconds parse_duration(std::string_view s) {
-    std::size_t i = 0;
+    const std::string shown = "BRAID_TIMEOUT='" + std::string(s) + "'";
+    const char* syntax = " (a positive number of seconds, or with a unit: 30, 0.5, 500ms, 250us, 2m)";
+    const bool negative = !s.empty() && s[0] == '-';
+    std::size_t i = negative ? 1 : 0;
     double v = 0;
     bool digits = false;
     while (i < s.size() && s[i] >= '0' && s[i] <= '9') { v = v * 10 + (s[i] - '0'); ++i; digits = true; }
@@ -66,33 +72,45 @@ struct options {
       double f = 0.1;
       for (++i; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i, f /= 10) { v += (s[i] - '0') * f; digits = true; }
     }
+    if (!digits) raise(errc::invalid_argument, shown + " is not a number" + syntax);
     const std::string_view unit = s.substr(i);
     double scale = 1e9;
     if (unit == "ms") scale = 1e6;
     else if (unit == "us") scale = 1e3;
     else if (unit == "m" || unit == "min") scale = 60e9;
-    else if (!unit.empty() && unit != "s") digits = false;
-    if (!digits || v <= 0 || v * scale > 1e18)
-      raise(errc::invalid_argument, "BRAID_TIMEOUT: cannot parse '" + std::string(s) + "' (e.g. 30, 500ms, 2m; at most ~31 years)");
+    else if (!unit.empty() && unit != "s")
+      raise(errc::invalid_argument, shown + " has an unknown unit '" + std::string(unit) + "' (s, ms, us, m or min; none means s)");
+    if (negative || v <= 0) raise(errc::invalid_argument, shown + " must be positive" + syntax);
+    if (v * scale > 1e18) raise(errc::invalid_argument, shown + " is too large (at most 10^18 ns, about 31.7 years)");
     return std::chrono::nanoseconds(static_cast<std::int64_t>(v * scale));
   }
 
+  // A size in bytes (BRAID_STAGING_BYTES's syntax; `what` names the variable). A bad value raises
+  // invalid_argument saying what is wrong with it: not a number, not whole, an unknown unit, not
+  // positive, or above 1 TiB.
   static std::size_t parse_size(std::string_view s, const char* what) {
     constexpr std::size_t limit = std::size_t{1} << 40; // 1 TiB: anything larger is a typo
-    std::size_t v = 0, i = 0;
-    bool ok = true;
+    const std::string shown = std::string(what) + "='" + std::string(s) + "'";
+    const char* syntax = " (a whole number of bytes, optionally with K, KiB, M, MiB, G or GiB; e.g. 8M)";
+    const bool negative = !s.empty() && s[0] == '-';
+    const std::size_t first = negative ? 1 : 0;
+    std::size_t v = 0, i = first;
+    bool over = false;
     for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i) {
       v = v * 10 + static_cast<std::size_t>(s[i] - '0');
-      if (v > limit) ok = false;
+      if (v > limit) over = true; // stays set: v may wrap afterwards, unread
     }
+    if (i == first) raise(errc::invalid_argument, shown + " is not a number" + syntax);
     const std::string_view unit = s.substr(i);
+    if (!unit.empty() && unit[0] == '.') raise(errc::invalid_argument, shown + " must be a whole number" + syntax);
     int shift = 0;
     if (unit == "K" || unit == "KiB") shift = 10;
     else if (unit == "M" || unit == "MiB") shift = 20;
     else if (unit == "G" || unit == "GiB") shift = 30;
-    else if (!unit.empty()) ok = false;
-    if (i == 0 || !ok || v == 0 || v > (limit >> shift))
-      raise(errc::invalid_argument, std::string(what) + ": cannot parse '" + std::string(s) + "' (a size up to 1 TiB, e.g. 8M)");
+    else if (!unit.empty())
+      raise(errc::invalid_argument, shown + " has an unknown unit '" + std::string(unit) + "' (K, KiB, M, MiB, G or GiB: powers of 1024)");
+    if (negative || (v == 0 && !over)) raise(errc::invalid_argument, shown + " must be positive" + syntax);
+    if (over || v > (limit >> shift)) raise(errc::invalid_argument, shown + " is larger than 1 TiB");
     return v << shift;
   }
 

@@ -2,6 +2,14 @@
 // Compiles with any C++20 host compiler; under nvcc the BRAID_HD functions become __host__ __device__.
 #pragma once
 
+// Below C++20 one sentence, then stop: without the missing include the compiler would go on and bury
+// the sentence under every C++20 construct that follows. Every braid header includes this file before
+// any code of its own.
+#if !defined(__cplusplus) || __cplusplus < 202002L
+#error "braid needs C++20: compile with -std=c++20 or later"
+#include "braid needs C++20, compilation stops here"
+#endif
+
 #define BRAID_VERSION_MAJOR 0
 #define BRAID_VERSION_MINOR 1
 #define BRAID_VERSION_PATCH 0

@@ -7,6 +7,8 @@
 // system or CUDA call, the call's text and file:line. The library never calls exit() or abort().
 #pragma once
 
+#include "config.hpp"
+
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>

@@ -212,7 +212,7 @@ private:
     a.sun_family = AF_UNIX;
     const char* machine = std::getenv("BRAID_EMU_MACHINE");
     char name[100];
-    const int len = std::snprintf(name, sizeof name, "braid-emu/%u/%.40s/device%d", static_cast<unsigned>(::getuid()),
+    const int len = std::snprintf(name, sizeof name, "braid-emu/%u/%.40s/device%d", unsigned{::getuid()},
                                   machine && *machine ? machine : "default", device_);
     std::memcpy(a.sun_path + 1, name, static_cast<std::size_t>(len));
     const auto alen = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + static_cast<std::size_t>(len));

@@ -14,6 +14,8 @@
 // AddressSanitizer every switch is announced with __sanitizer_start/finish_switch_fiber.
 #pragma once
 
+#include "../core/config.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>

@@ -181,7 +181,7 @@ public:
     if (!find(p, 0, a) || a.kind != mem_kind::device || a.pool) return false;
     std::memset(&w, 0, sizeof w);
     w.magic = ipc_magic;
-    w.pid = static_cast<std::int32_t>(::getpid());
+    w.pid = ::getpid();
     w.fd = a.fd;
     w.device = a.device;
     w.id = a.id;
@@ -198,7 +198,7 @@ public:
   open_result open_handle(const ipc_wire& w, int current_device, void** out) {
     if (w.magic != ipc_magic || w.check != ipc_check(w) || w.pages < w.size || w.tail + w.size > w.pages)
       return open_result::bad_handle;
-    if (w.pid == static_cast<std::int32_t>(::getpid())) return open_result::own_process;
+    if (w.pid == ::getpid()) return open_result::own_process;
     // Under the table's lock throughout: two threads opening one handle get one mapping.
     std::lock_guard<std::mutex> lk(m_);
     {

@@ -5,6 +5,8 @@
 // Never include this together with the real <cuda_runtime.h> (braid/cuda/runtime.cuh picks one).
 #pragma once
 
+#include "../core/config.hpp"
+
 #include <cstddef>
 
 #if defined(__CUDACC__)

@@ -2,6 +2,8 @@
 // Debian: libopenblas-dev). Link a CBLAS library (the braid::nn CMake target does).
 #pragma once
 
+#include "../core/config.hpp"
+
 #include <cblas.h>
 
 namespace braid::nn::blas {

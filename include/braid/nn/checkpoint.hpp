@@ -109,12 +109,12 @@ public:
   // Writes atomically (temporary file, fsync, rename, fsync of the directory).
   void save(const std::string& path) const {
     std::vector<std::uint8_t> buf(magic, magic + 8);
-    append(buf, std::uint64_t(entries_.size()));
+    append(buf, std::uint64_t{entries_.size()});
     for (const auto& [name, e] : entries_) {
       append(buf, std::uint32_t(name.size()));
       buf.insert(buf.end(), name.begin(), name.end());
       buf.push_back(std::uint8_t(e.k));
-      append(buf, std::uint64_t(e.bytes.size()));
+      append(buf, std::uint64_t{e.bytes.size()});
       buf.insert(buf.end(), e.bytes.begin(), e.bytes.end());
     }
     append(buf, std::uint32_t(crc32_z(0L, buf.data(), buf.size())));

@@ -186,7 +186,7 @@ public:
       std::seed_seq ss{std::uint32_t(seed_), std::uint32_t(seed_ >> 32), std::uint32_t(epoch),
                        std::uint32_t(std::uint64_t(epoch) >> 32)};
       std::mt19937_64 g(ss);
-      for (std::int64_t i = n_ - 1; i > 0; --i) std::swap(perm[std::size_t(i)], perm[std::size_t(g() % std::uint64_t(i + 1))]);
+      for (std::int64_t i = n_ - 1; i > 0; --i) std::swap(perm[std::size_t(i)], perm[g() % std::uint64_t(i + 1)]);
     }
     std::vector<std::int64_t> mine;
     mine.reserve(std::size_t(shard_size()));

@@ -148,12 +148,13 @@ public:
 
   bool peer_alive(int peer) const {
     if (peer < 0 || peer >= static_cast<int>(peer_pidfd.size())) return true;
-    if (peer_pidfd[peer] >= 0) {
-      pollfd p{peer_pidfd[peer], POLLIN, 0};
+    const auto q = static_cast<std::size_t>(peer);
+    if (peer_pidfd[q] >= 0) {
+      pollfd p{peer_pidfd[q], POLLIN, 0};
       return ::poll(&p, 1, 0) == 0; // a pidfd becomes readable when the process exits
     }
-    if (peer < static_cast<int>(peer_pid.size()) && peer_pid[peer] > 0)
-      return ::kill(peer_pid[peer], 0) == 0 || errno != ESRCH;
+    if (q < peer_pid.size() && peer_pid[q] > 0)
+      return ::kill(peer_pid[q], 0) == 0 || errno != ESRCH;
     return true;
   }
 
