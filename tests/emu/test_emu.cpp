@@ -39,7 +39,7 @@ namespace gpu = braid::gpu;
 // Thread 0 of block 0 waits (bounded, with braid's wait_ge) until *word >= target, then adds 1 to *done.
 BRAID_KERNEL void wait_kernel(u64* word, u64 target, cd::device_abort* ab, u64 timeout_ns, u64* done) {
   if (gpu::thread_index() == 0 && gpu::block_index() == 0) {
-    if (cd::wait_ge(word, target, ab, timeout_ns, 0, 1, 0)) cd::sys_u64(*done).fetch_add(1, gpu::memory_order::release);
+    if (cd::wait_ge(word, target, cd::abort_ref{ab, 1}, timeout_ns, 0, 1, 0)) cd::sys_u64(*done).fetch_add(1, gpu::memory_order::release);
   }
 }
 
@@ -82,7 +82,7 @@ BRAID_KERNEL void early_exit(unsigned* out) {
 BRAID_KERNEL void grid_barrier(u64* counter, cd::device_abort* ab, u64 timeout_ns, u64* passed) {
   if (gpu::thread_index() == 0) {
     cd::sys_u64(*counter).fetch_add(1, gpu::memory_order::acq_rel);
-    if (cd::wait_ge(counter, gpu::grid_size(), ab, timeout_ns, static_cast<int>(gpu::block_index()), -1, 0))
+    if (cd::wait_ge(counter, gpu::grid_size(), cd::abort_ref{ab, 1}, timeout_ns, static_cast<int>(gpu::block_index()), -1, 0))
       cd::sys_u64(*passed).fetch_add(1, gpu::memory_order::relaxed);
   }
   gpu::sync_block();
@@ -92,7 +92,7 @@ BRAID_KERNEL void grid_barrier(u64* counter, cd::device_abort* ab, u64 timeout_n
 BRAID_KERNEL void announce_and_wait(u64* running, u64* word, cd::device_abort* ab, u64 timeout_ns, u64* done) {
   if (gpu::thread_index() == 0 && gpu::block_index() == 0) {
     cd::post_max_release(running, 1);
-    if (cd::wait_ge(word, 1, ab, timeout_ns, 0, 1, 0)) cd::sys_u64(*done).fetch_add(1, gpu::memory_order::release);
+    if (cd::wait_ge(word, 1, cd::abort_ref{ab, 1}, timeout_ns, 0, 1, 0)) cd::sys_u64(*done).fetch_add(1, gpu::memory_order::release);
   }
 }
 
@@ -106,8 +106,8 @@ struct abort_block {
   }
   ~abort_block() { cudaFreeHost(ab); }
   bool timed_out() const {
-    return cd::abort_record_written(ab) &&
-           ab->first.code == static_cast<unsigned>(braid::errc::timeout);
+    const cd::device_error* e = cd::abort_record(ab);
+    return e && e->code == static_cast<unsigned>(braid::errc::timeout);
   }
 };
 
@@ -454,6 +454,31 @@ TEST_CASE("a grid larger than the device holds, whose blocks wait for each other
     }
     EMU_OK(cudaFree(counter));
   }
+}
+
+// The group's error record: one slot per writer kind (the host, each GPU), so no claim word is ever
+// contended by two devices (atomics on host-mapped memory are not atomic across devices over PCIe).
+TEST_CASE("the error record keeps one complete entry per GPU and one for the host; the host's is reported first") {
+  abort_block b;
+  CHECK_FALSE(cd::abort_raised(b.ab));
+  CHECK(cd::abort_record(b.ab) == nullptr);
+  const auto timeout = static_cast<unsigned>(braid::errc::timeout), aborted = static_cast<unsigned>(braid::errc::aborted);
+  cd::record_failure(cd::abort_ref{b.ab, 2}, cd::device_error{timeout, 3, 1, 7, 5});
+  cd::record_failure(cd::abort_ref{b.ab, 2}, cd::device_error{timeout, 4, 0, 9, 6}); // same GPU, later: kept out
+  CHECK(cd::abort_raised(b.ab));
+  const cd::device_error* e = cd::abort_record(b.ab);
+  REQUIRE(e != nullptr);
+  CHECK(e->rank == 3);
+  CHECK(e->peer == 1);
+  CHECK(e->step == 7);
+  cd::record_failure(cd::abort_ref{b.ab, 1}, cd::device_error{timeout, 0, 3, 2, 8}); // another GPU: its own slot
+  CHECK(b.ab->slot[1].e.rank == 0);
+  CHECK(b.ab->slot[2].e.rank == 3);
+  cd::record_failure(cd::abort_ref{b.ab, cd::abort_host_slot}, cd::device_error{aborted, 5, -1, -1, 0});
+  e = cd::abort_record(b.ab);
+  REQUIRE(e != nullptr);
+  CHECK(e->code == aborted);
+  CHECK(e->rank == 5);
 }
 
 TEST_CASE("CUDA_LAUNCH_BLOCKING=1 serialises launches: a kernel waiting for a later launch times out") {

@@ -125,12 +125,13 @@ public:
     const detail::group_state& g = live();
     auto* ab = g.abort;
     if (!cuda_detail::abort_raised(ab)) return;
-    // The flag is raised only once the record is claimed; wait (briefly) until it is complete.
-    for (int i = 0; !cuda_detail::abort_record_written(ab); ++i) {
+    // The flag is raised only once a slot is claimed; wait (briefly) until one is complete.
+    const cuda_detail::device_error* rec = nullptr;
+    for (int i = 0; !(rec = cuda_detail::abort_record(ab)); ++i) {
       if (i > 100000) raise(errc::aborted, "the group was aborted (its error record was never completed)", error_context{rank_, "cuda collective", 0, -1});
       std::this_thread::yield();
     }
-    const cuda_detail::device_error first = ab->first;
+    const cuda_detail::device_error first = *rec;
     error_context c{first.rank >= 0 ? first.rank : rank_, "cuda collective", 0, first.peer};
     if (first.code == static_cast<unsigned>(errc::timeout)) {
       // With CUDA_LAUNCH_BLOCKING=1 a launch returns only when its kernel has ended, so a thread that
@@ -156,7 +157,8 @@ public:
   }
   // Makes every kernel of the group return at its next check (within microseconds).
   void abort() {
-    cuda_detail::record_failure(live().abort, cuda_detail::device_error{static_cast<unsigned>(errc::aborted), rank_, -1, -1, 0});
+    cuda_detail::record_failure({live().abort, cuda_detail::abort_host_slot},
+                                cuda_detail::device_error{static_cast<unsigned>(errc::aborted), rank_, -1, -1, 0});
   }
 
 
@@ -378,8 +380,12 @@ inline std::vector<communicator> create_group(const std::vector<int>& devices, c
     int k = 0;
     while (k < static_cast<int>(g->sets.size()) && g->sets[static_cast<std::size_t>(k)]->device != d) ++k;
     if (k == static_cast<int>(g->sets.size())) {
+      if (k == cuda_detail::max_abort_gpus)
+        raise(errc::invalid_argument, "create_group: at most " + std::to_string(cuda_detail::max_abort_gpus) +
+                                          " GPUs in one group (one error-record slot each)");
       auto set = std::make_shared<detail::device_set>();
       set->device = d;
+      set->index = static_cast<int>(g->sets.size());
       set->blocks_per_rank = static_cast<unsigned>(g->blocks);
       // The in-flight word and exit counter live in the control page of the GPU's first rank.
       auto* ctl = static_cast<std::byte*>(g->ranks[static_cast<std::size_t>(r)].segment);

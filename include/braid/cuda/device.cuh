@@ -33,24 +33,43 @@ struct device_error {
   u64 waited_ns;
 };
 
-// `claim` says who writes `first`: 0 nobody yet, 1 being written, 2 written (stored with release
-// after `first`, so whoever acquires 2 reads a whole record). `flag` makes every kernel of the group
-// return at its next check; it is raised only by whoever claimed the record, after finishing it,
-// or by anyone who found it claimed already.
+// The group's record has one slot per writer kind, so that no slot is ever claimed by two devices:
+// slot 0 by the host (abort(), the launcher's refusals), slot 1 + k by the kernels of the group's k-th
+// GPU. The record is host-mapped memory, and atomic read-modify-writes on host-mapped memory are atomic
+// only among the threads of one device (or of the host) unless the platform has host-native atomics
+// (hostNativeAtomicSupported; PCIe machines do not), so one claim word shared by every GPU and the host
+// could be won twice, and the record mixed. `claim` says who writes a slot's `e`: 0 nobody yet, 1 being
+// written, 2 written (stored with release after `e`, so whoever acquires 2 reads a whole record).
+// `flag` makes every kernel of the group return at its next check; each writer raises it (a plain
+// release store of 1: the same value from everyone, so no read-modify-write across devices is needed)
+// after finishing its slot, or when it found its slot claimed already.
+struct abort_slot {
+  unsigned int claim;
+  device_error e;
+};
+inline constexpr int max_abort_gpus = 64; // GPUs of one group (create_group refuses more)
 struct device_abort {
   unsigned int flag;
-  unsigned int claim;
-  device_error first;
+  abort_slot slot[1 + max_abort_gpus];
 };
 inline constexpr unsigned abort_claim_writing = 1, abort_claim_written = 2;
+// Where one writer records: the host (slot 0) or the kernels of one GPU (1 + its index in the group).
+struct abort_ref {
+  device_abort* ab;
+  int slot;
+};
+inline constexpr int abort_host_slot = 0;
 
 using sys_u64 = gpu::atomic_ref<u64, gpu::scope::system>;
 using sys_u32 = gpu::atomic_ref<unsigned, gpu::scope::system>;
 
-// Host side of the record: whether the flag is up, and whether the record is complete (acquire).
+// Host side of the record: whether the flag is up, and the first complete slot (host first, then GPU
+// order), if any (acquire).
 inline bool abort_raised(device_abort* ab) { return sys_u32(ab->flag).load(gpu::memory_order::acquire) != 0; }
-inline bool abort_record_written(device_abort* ab) {
-  return sys_u32(ab->claim).load(gpu::memory_order::acquire) == abort_claim_written;
+inline const device_error* abort_record(device_abort* ab) {
+  for (auto& sl : ab->slot)
+    if (sys_u32(sl.claim).load(gpu::memory_order::acquire) == abort_claim_written) return &sl.e;
+  return nullptr;
 }
 
 BRAID_DEVICE u64 load_acquire(const u64* p) { return sys_u64(*const_cast<u64*>(p)).load(gpu::memory_order::acquire); }
@@ -65,29 +84,30 @@ BRAID_DEVICE void post_max_release(u64* p, u64 v) {
   sys_u64(*p).fetch_max(v, gpu::memory_order::BRAID_TEST_PROGRESS_POST_ORDER);
 }
 
-// Records `e` as the group's first error if nobody has, then raises the abort flag. Kernels call it
-// when they give up, the host when abort() is called: one claim protocol for both.
-BRAID_HD void record_failure(device_abort* ab, const device_error& e) {
+// Records `e` in the writer's slot if nobody of that writer kind has, then raises the abort flag.
+// Kernels call it when they give up, the host when abort() is called: one claim protocol for both.
+BRAID_HD void record_failure(abort_ref at, const device_error& e) {
+  abort_slot& sl = at.ab->slot[at.slot];
   unsigned expected = 0;
-  if (sys_u32(ab->claim).compare_exchange_strong(expected, abort_claim_writing, gpu::memory_order::acquire)) {
-    ab->first = e;
-    sys_u32(ab->claim).store(abort_claim_written, gpu::memory_order::release);
+  if (sys_u32(sl.claim).compare_exchange_strong(expected, abort_claim_writing, gpu::memory_order::acquire)) {
+    sl.e = e;
+    sys_u32(sl.claim).store(abort_claim_written, gpu::memory_order::release);
   }
-  sys_u32(ab->flag).exchange(1u, gpu::memory_order::release);
+  sys_u32(at.ab->flag).store(1u, gpu::memory_order::release);
 }
 
 // Bounded spin by one thread: waits until *word >= target, or the group is aborted, or timeout_ns
 // passes (then records a timeout and raises the abort flag). Returns false if the kernel must stop.
 // Polls are relaxed (no L1 invalidation per poll on a GPU); one acquire load once the word is there
 // orders the reads that follow (the word only grows, so it still passes).
-BRAID_DEVICE bool wait_ge(const u64* word, u64 target, device_abort* ab, u64 timeout_ns, int rank, int peer, int step) {
+BRAID_DEVICE bool wait_ge(const u64* word, u64 target, abort_ref ab, u64 timeout_ns, int rank, int peer, int step) {
   auto poll = [&] { return sys_u64(*const_cast<u64*>(word)).load(gpu::memory_order::relaxed) >= target; };
   if (poll()) return load_acquire(word) >= target;
   const u64 start = gpu::clock_ns();
   for (unsigned i = 1;; ++i) {
     if (poll()) return load_acquire(word) >= target;
     if ((i & 63) == 0) {
-      if (sys_u32(ab->flag).load(gpu::memory_order::relaxed)) return false;
+      if (sys_u32(ab.ab->flag).load(gpu::memory_order::relaxed)) return false;
       const u64 now = gpu::clock_ns();
       if (now - start > timeout_ns) {
         record_failure(ab, device_error{static_cast<unsigned>(errc::timeout), rank, peer, step, now - start});

@@ -53,6 +53,7 @@ struct launch_args {
   std::uint64_t rounds;
   std::uint64_t half_bytes;
   device_abort* abort;      // host-mapped, shared by the group
+  int abort_slot;           // this GPU's slot in it (1 + the GPU's index in the group)
   u64 timeout_ns;
   u64* busy;                // this GPU's in-flight word: 1 while a launch of the group runs here
   u64* exits;               // this GPU's launch exit counter
@@ -98,7 +99,7 @@ BRAID_KERNEL_BOUNDED(512) void collective_kernel(launch_args a, Op op) {
         gpu::atomic_ref<u64, gpu::scope::device>(*a.busy).exchange(1, gpu::memory_order::acq_rel) != 0) {
       // Another launch of this group is running on this GPU: two calls overlap (a graph replayed on
       // a stream the group's calls are not ordered with). Their rounds would collide: stop the group.
-      record_failure(a.abort, device_error{static_cast<unsigned>(errc::invalid_usage), r, -1, -3, 0});
+      record_failure(abort_ref{a.abort, a.abort_slot}, device_error{static_cast<unsigned>(errc::invalid_usage), r, -1, -3, 0});
     }
     // Written by this rank's previous kernel, which ended before this one began (a relaxed atomic load,
     // as the volatile load it replaces: nothing may be cached from before the launch).
@@ -120,7 +121,7 @@ BRAID_KERNEL_BOUNDED(512) void collective_kernel(launch_args a, Op op) {
   // barrier. A thread that gives up sets `stop` for the whole block.
   auto wait = [&](int q, u64 target, int step) {
     gpu::atomic_ref<int, gpu::scope::device> halt(stop);
-    if (!halt.load(gpu::memory_order::relaxed) && !wait_ge(ranks[q].progress, target, a.abort, a.timeout_ns, r, q, step))
+    if (!halt.load(gpu::memory_order::relaxed) && !wait_ge(ranks[q].progress, target, abort_ref{a.abort, a.abort_slot}, a.timeout_ns, r, q, step))
       halt.store(1, gpu::memory_order::relaxed);
   };
 

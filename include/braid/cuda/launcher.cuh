@@ -80,6 +80,7 @@ struct pending_call {
 // The ranks of a group on one GPU.
 struct device_set {
   int device = 0;
+  int index = 0;              // in the group's GPUs (its abort slot is 1 + index)
   std::vector<int> ranks;     // global rank of each local index
   unsigned blocks_per_rank = 1;
   cuda_detail::u64* busy = nullptr;  // in-flight word and exit counter (device memory)
@@ -179,7 +180,7 @@ inline void give_back_locked(device_set& ds, pending_call& c) {
 // A call that cannot go on leaves its GPU's ranks at different call counts: stop the group, so that
 // every later call raises at once and kernels on other GPUs waiting for this launch give up.
 inline void stop_group(device_set& ds, int rank, unsigned code) {
-  cuda_detail::record_failure(ds.abort, cuda_detail::device_error{code, rank, -1, -5, 0});
+  cuda_detail::record_failure({ds.abort, cuda_detail::abort_host_slot}, cuda_detail::device_error{code, rank, -1, -5, 0});
 }
 
 } // namespace detail
@@ -293,6 +294,7 @@ inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<devi
     c->args.blocks_per_rank = ds.blocks_per_rank;
     c->args.busy = ds.busy;
     c->args.exits = ds.exits;
+    c->args.abort_slot = 1 + ds.index;
     c->here.assign(static_cast<std::size_t>(L), 0);
     c->streams.assign(static_cast<std::size_t>(L), nullptr);
     c->ready.assign(static_cast<std::size_t>(L), nullptr);
@@ -413,7 +415,8 @@ inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<devi
     give_back_locked(ds, *c);
     ds.cv.notify_all();
     // Kernels of other GPUs may be waiting for this launch: stop them.
-    cuda_detail::record_failure(abort, cuda_detail::device_error{static_cast<unsigned>(errc::timeout), rank, -1, -4, 0});
+    cuda_detail::record_failure({abort, cuda_detail::abort_host_slot},
+                                cuda_detail::device_error{static_cast<unsigned>(errc::timeout), rank, -1, -4, 0});
   }
   if (!c->failure.empty()) raise_failed(*c, rank);
   join_locked(ds, *c, stream);
