@@ -61,7 +61,7 @@ inline constexpr tuning_rule cuda_tuning[] = {
 
 struct group_options {
   options base = options::from_env();
-  int threads_per_block = 512;   // at most 512 (one block of the heaviest built-in kernel per SM; a __launch_bounds__(512) is not in yet)
+  int threads_per_block = 512;   // at most 512 (the kernels' launch bound: __launch_bounds__(512), checked by static_kernel_checks)
   int max_blocks_per_rank = 1024; // a cap below the SM-derived share (half the SMs, split among the GPU's ranks)
 };
 

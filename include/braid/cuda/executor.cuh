@@ -23,7 +23,7 @@ namespace braid::cuda_detail {
 
 inline constexpr int max_steps = 254; // per round; the host refuses schedules with more
 inline constexpr int max_local_ranks = 64; // ranks of one group on one GPU (one launch serves them all)
-inline constexpr int max_threads_per_block = 512; // the most create_group accepts (a launch bound is not declared yet)
+inline constexpr int max_threads_per_block = 512; // the most create_group accepts: the kernels' launch bound (BRAID_KERNEL_BOUNDED(512))
 
 // What every rank's kernel needs to know about rank r (device pointers, valid on every GPU of the
 // group through peer access).
