@@ -9,6 +9,7 @@
 // other rank stops waiting at once instead of at its own deadline.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -55,6 +56,55 @@ public:
 
   // The call in progress, for error messages.
   error_context ctx{};
+
+  // The call word (always on; segment.hpp, rank_control::call). A call is described by fp = {collective
+  // | dtype << 8 | op << 16 | algorithm << 24 | sizeof(T) << 32, count, root + 1 (0: none), collective-call
+  // number} (the debug fingerprint's layout); its word mixes fp and the round the call starts with, so
+  // ranks whose calls differ in any of these, or that are out of step, publish different words.
+  std::uint64_t call_word = 0;
+  std::array<std::uint64_t, 4> call_fp{};
+  std::array<std::uint64_t, 4> round_fp[4]{}; // fp of the call that used round R, at R % 4 (messages)
+  std::string (*describe_call)(const std::array<std::uint64_t, 4>&) = nullptr;
+
+  static constexpr std::uint64_t mix64(std::uint64_t x) { // splitmix64's finaliser: a bijection
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  }
+  // Sets the word of the call whose first round is round + 1.
+  void begin_rounds(const std::array<std::uint64_t, 4>& fp) {
+    call_word = mix64(mix64(mix64(mix64(mix64(fp[0]) ^ fp[1]) ^ fp[2]) ^ fp[3]) ^ (round + 1));
+    call_fp = fp;
+  }
+  // Round R starts: the word goes out with the release store of progress_word(R, 1) that follows.
+  void publish_call(std::uint64_t R) {
+    self().call[R & 3].store(call_word, std::memory_order_relaxed);
+    round_fp[R & 3] = call_fp;
+  }
+  // Before this rank reads anything of peer's in round R, having acquired a progress word of peer's
+  // round R (or later): peer's word of round R must be this call's.
+  void check_call(int peer, std::uint64_t R) const {
+    if (BRAID_UNLIKELY(seg.rank(peer).call[R & 3].load(std::memory_order_relaxed) != call_word)) fail_mismatch(peer, R, false);
+  }
+  // At the start of round R >= 3, having acquired every peer's progress_word(R - 1, 0): the words of
+  // round R - 2 must agree too. This catches calls in which two ranks read nothing of each other (two
+  // ranks that both think they are a broadcast's root) two rounds late, and never reads their data.
+  void check_earlier(int peer, std::uint64_t R) const {
+    const std::uint64_t e = (R - 2) & 3;
+    if (BRAID_UNLIKELY(seg.rank(peer).call[e].load(std::memory_order_relaxed) != self().call[e].load(std::memory_order_relaxed)))
+      fail_mismatch(peer, R - 2, true);
+  }
+  [[noreturn]] void fail_mismatch(int peer, std::uint64_t R, bool earlier) const {
+    error_context c = ctx;
+    c.peer = peer;
+    const std::string mine = describe_call ? describe_call(round_fp[R & 3]) : std::string("a collective");
+    const std::string m = "mismatched calls: rank " + std::to_string(rank) + " called " + mine + "; rank " +
+                          std::to_string(peer) + "'s call " + (earlier ? "in the same round " : "") +
+                          "differs in collective, element type, operator, count, root or algorithm, or the ranks are out "
+                          "of step (BRAID_DEBUG=1 names both calls)";
+    publish_failure(errc::mismatch, m);
+    raise(errc::mismatch, m, c);
+  }
 
   void begin_call(const char* what, std::uint64_t seq) { ctx = error_context{rank, what, seq, -1}; }
 
@@ -120,6 +170,8 @@ public:
     c.peer = who >= 0 ? who : peer;
     std::string msg = seg.header().abort_message;
     if (code == errc::aborted) raise(errc::aborted, "the communicator was aborted: " + msg, c);
+    // Mismatched calls are reported as such on every rank, whoever found them.
+    if (code == errc::mismatch) raise(errc::mismatch, "rank " + std::to_string(who) + " found mismatched calls: " + msg, c);
     raise(errc::peer_failed, "rank " + std::to_string(who) + " failed: " + msg, c);
   }
 
@@ -132,6 +184,10 @@ public:
   }
 
   [[noreturn]] void fail_peer(int peer) const {
+    // A rank that found mismatched calls published them before it marked itself failed: every rank
+    // reports the mismatch, not the failed peer it led to.
+    const std::uint64_t w = seg.header().abort_word.load(std::memory_order_acquire);
+    if (w && static_cast<errc>((w >> 32) & 0x7fffffffu) == errc::mismatch) check_abort(peer);
     error_context c = ctx;
     c.peer = peer;
     const auto st = static_cast<rank_state>(seg.rank(peer).state.load(std::memory_order_acquire));

@@ -70,10 +70,15 @@ void run_schedule(rank_context& cx, collective coll, const collective_buffers& b
     const std::uint32_t P = S::nchunks(coll, n, schedule::pipeline_chunks<T>(len));
     const schedule::args a{coll, n, r, b.root, P};
 
-    // Prologue: the half is free once every peer finished round R - 2; then publish the input.
+    // Prologue: the half is free once every peer finished round R - 2 (whose call words must agree);
+    // then publish the input and this call's word.
     if (R >= 3)
       for (int q = 0; q < n; ++q)
-        if (q != r) cx.wait_progress(q, progress_word(R - 1, 0));
+        if (q != r) {
+          cx.wait_progress(q, progress_word(R - 1, 0));
+          cx.check_earlier(q, R);
+        }
+    cx.publish_call(R);
     rank_control& me = cx.self();
     if (b.zero_copy) {
       me.in_desc[h] = b.in_desc;
@@ -93,7 +98,10 @@ void run_schedule(rank_context& cx, collective coll, const collective_buffers& b
       const int ns = st.count_sources(n);
       for (int i = 0; i < ns; ++i) {
         const schedule::source s = st.source_at(i);
-        if (s.rank != r) cx.wait_progress(s.rank, progress_word(R, static_cast<std::uint64_t>(s.ready + 2)));
+        if (s.rank != r) {
+          cx.wait_progress(s.rank, progress_word(R, static_cast<std::uint64_t>(s.ready + 2)));
+          cx.check_call(s.rank, R); // before anything of s.rank's is read: same call, same round
+        }
       }
       for (std::uint32_t c = st.lo; c < st.hi; ++c) {
         const chunk_span sp = schedule::chunk_at(coll, len, P, c, unit);
@@ -124,18 +132,24 @@ void run_schedule(rank_context& cx, collective coll, const collective_buffers& b
       if (q != r) cx.wait_progress(q, progress_word(R + 1, 0));
 }
 
-// Dissemination barrier: one round with no data.
+// Dissemination barrier: one round with no data. Its call word (cx.begin_rounds) is checked like a
+// collective's, so a barrier never completes against a peer's collective.
 inline void run_barrier(rank_context& cx) {
   const std::uint64_t R = ++cx.round;
   const int n = cx.nranks;
   if (R >= 3)
     for (int q = 0; q < n; ++q)
-      if (q != cx.rank) cx.wait_progress(q, progress_word(R - 1, 0));
+      if (q != cx.rank) {
+        cx.wait_progress(q, progress_word(R - 1, 0));
+        cx.check_earlier(q, R);
+      }
+  cx.publish_call(R);
   cx.post(progress_word(R, 1));
   const int K = schedule::dissemination::nsteps(n);
   for (int k = 0; k < K; ++k) {
     const schedule::step st = schedule::dissemination::at(n, cx.rank, k);
     cx.wait_progress(st.src[0].rank, progress_word(R, static_cast<std::uint64_t>(st.src[0].ready + 2)));
+    cx.check_call(st.src[0].rank, R);
     cx.post(progress_word(R, static_cast<std::uint64_t>(k) + 2));
   }
   cx.post(progress_word(R + 1, 0));

@@ -18,7 +18,7 @@
 namespace braid::host {
 
 inline constexpr std::uint64_t segment_magic = 0x62726169642d7368ULL; // "braid-sh"
-inline constexpr std::uint32_t segment_version = 1;
+inline constexpr std::uint32_t segment_version = 2; // 2: call words beside the progress word
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "braid needs lock-free 64-bit atomics");
 
@@ -42,6 +42,13 @@ struct alignas(control_stride) rank_control {
   // (round << 24) | steps posted in that round: 1 after the round's input is published, j + 2 after
   // step j; (round + 1) << 24 once the rank has finished the round (and read everything it needed).
   alignas(control_stride) std::atomic<std::uint64_t> progress;
+  // The call word of round R is call[R % 4]: a hash of the call's collective, element type, operator,
+  // count, root, algorithm, collective-call number and first round (rank_context::begin_rounds). Stored
+  // (relaxed) before the release store of progress_word(R, 1) that starts round R; a reader that
+  // acquired a word of round R from this rank compares it before it reads any of this rank's data.
+  // Four slots: a rank rewrites slot R % 4 only in round R + 4, which needs every peer to have finished
+  // round R + 2, so the word of round R is stable while any peer is in round R, R + 1 or R + 2.
+  std::atomic<std::uint64_t> call[4];
   alignas(control_stride) std::atomic<std::uint32_t> state;
   std::int32_t pid;
   // Where this rank's input for rounds of parity h is: 0 = staged in its window; otherwise a pointer
