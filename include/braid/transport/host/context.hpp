@@ -78,7 +78,7 @@ public:
   }
   // Round R starts: the word goes out with the release store of progress_word(R, 1) that follows.
   void publish_call(std::uint64_t R) {
-    self().call[R & 3].store(call_word, std::memory_order_relaxed);
+    self().call[R & 3].store(call_word, std::memory_order_relaxed); // beside in_desc[R % 2], written next
     round_fp[R & 3] = call_fp;
   }
   // Before this rank reads anything of peer's in round R, having acquired a progress word of peer's
@@ -86,8 +86,8 @@ public:
   void check_call(int peer, std::uint64_t R) const {
     if (BRAID_UNLIKELY(seg.rank(peer).call[R & 3].load(std::memory_order_relaxed) != call_word)) fail_mismatch(peer, R, false);
   }
-  // At the start of round R >= 3, having acquired every peer's progress_word(R - 1, 0): the words of
-  // round R - 2 must agree too. This catches calls in which two ranks read nothing of each other (two
+  // At the end of round R >= 3 (before progress_word(R + 1, 0), so no peer has rewritten round R - 2's
+  // slot), having acquired every peer's progress_word(R - 1, 0): the words of round R - 2 must agree. This catches calls in which two ranks read nothing of each other (two
   // ranks that both think they are a broadcast's root) two rounds late, and never reads their data.
   void check_earlier(int peer, std::uint64_t R) const {
     const std::uint64_t e = (R - 2) & 3;

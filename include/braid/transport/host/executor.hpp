@@ -70,14 +70,11 @@ void run_schedule(rank_context& cx, collective coll, const collective_buffers& b
     const std::uint32_t P = S::nchunks(coll, n, schedule::pipeline_chunks<T>(len));
     const schedule::args a{coll, n, r, b.root, P};
 
-    // Prologue: the half is free once every peer finished round R - 2 (whose call words must agree);
-    // then publish the input and this call's word.
+    // Prologue: the half is free once every peer finished round R - 2; then publish the input and
+    // this call's word.
     if (R >= 3)
       for (int q = 0; q < n; ++q)
-        if (q != r) {
-          cx.wait_progress(q, progress_word(R - 1, 0));
-          cx.check_earlier(q, R);
-        }
+        if (q != r) cx.wait_progress(q, progress_word(R - 1, 0));
     cx.publish_call(R);
     rank_control& me = cx.self();
     if (b.zero_copy) {
@@ -125,6 +122,10 @@ void run_schedule(rank_context& cx, collective coll, const collective_buffers& b
       }
       cx.post(progress_word(R, static_cast<std::uint64_t>(j) + 2));
     }
+    // Round R - 2's words agree with every peer's (acquired in the prologue; off the readers' path).
+    if (R >= 3)
+      for (int q = 0; q < n; ++q)
+        if (q != r) cx.check_earlier(q, R);
     cx.post(progress_word(R + 1, 0));
   }
   if (b.zero_copy && rounds)
@@ -132,26 +133,25 @@ void run_schedule(rank_context& cx, collective coll, const collective_buffers& b
       if (q != r) cx.wait_progress(q, progress_word(R + 1, 0));
 }
 
-// Dissemination barrier: one round with no data. Its call word (cx.begin_rounds) is checked like a
-// collective's, so a barrier never completes against a peer's collective.
+// Dissemination barrier: one round with no data. It publishes a call word (cx.begin_rounds) that a
+// collective's reader compares; it reads no data, so it compares only round R - 2's words, at its end.
 inline void run_barrier(rank_context& cx) {
   const std::uint64_t R = ++cx.round;
   const int n = cx.nranks;
   if (R >= 3)
     for (int q = 0; q < n; ++q)
-      if (q != cx.rank) {
-        cx.wait_progress(q, progress_word(R - 1, 0));
-        cx.check_earlier(q, R);
-      }
+      if (q != cx.rank) cx.wait_progress(q, progress_word(R - 1, 0));
   cx.publish_call(R);
   cx.post(progress_word(R, 1));
   const int K = schedule::dissemination::nsteps(n);
   for (int k = 0; k < K; ++k) {
     const schedule::step st = schedule::dissemination::at(n, cx.rank, k);
     cx.wait_progress(st.src[0].rank, progress_word(R, static_cast<std::uint64_t>(st.src[0].ready + 2)));
-    cx.check_call(st.src[0].rank, R);
     cx.post(progress_word(R, static_cast<std::uint64_t>(k) + 2));
   }
+  if (R >= 3)
+    for (int q = 0; q < n; ++q)
+      if (q != cx.rank) cx.check_earlier(q, R);
   cx.post(progress_word(R + 1, 0));
 }
 
