@@ -361,8 +361,9 @@ TEST_CASE("mismatch outside debug mode (processes): never writes out of bounds, 
 // Without BRAID_DEBUG every round publishes a word naming the call (collective, element type, operator,
 // count, root, algorithm, collective-call number, first round) beside its progress word, and a rank
 // compares a peer's word before it reads anything of that peer's. So a mismatched call raises
-// mismatch_error on every rank (in the call, or, on a rank whose part of the call read nothing of a
-// rank that noticed, at one of its next two calls) and no rank reads outside any buffer. Buffers here
+// mismatch_error on every rank (in the call, or, on a rank whose part of the call returned before a
+// rank noticed, or when no rank read anything of the other's, at one of its next two calls that read
+// each other's data: here all_reduce) and no rank reads outside any buffer. Buffers here
 // are fenced by inaccessible pages, so a read past either end kills the test (SIGSEGV) in any build;
 // registered buffers (alloc) cannot be fenced in the peers that map them: there the error is checked,
 // and the ASan build (scripts/sanitize.sh asan) watches the ordinary ones.
@@ -490,20 +491,27 @@ void mismatched_call(communicator& c, coll_kind k, what_differs w, source src, k
   }
 }
 
-// What one rank saw: the first error of the mismatched call and the two barriers after it, and where.
+// What one rank saw: the first error of the mismatched call and the two matching all_reduce calls after
+// it, and where.
 struct seen {
   int code = 0;   // errc of the first error, 0 = none
-  int where = -1; // 0: the mismatched call, 1 and 2: the barriers after it
+  int where = -1; // 0: the mismatched call, 1 and 2: the calls after it
   double seconds = 0;
   char what[400] = {};
 };
+
+// A matching call after the mismatched one, in which every rank reads every other rank's input.
+void follow_up(communicator& c) {
+  std::vector<float> v(16, 1.0f);
+  c.all_reduce(std::span<float>(v));
+}
 
 void run_one(communicator& c, coll_kind k, what_differs w, source src, seen& s, keeper& keep) {
   const auto t0 = clock_type::now();
   for (int step = 0; step < 3 && s.code == 0; ++step) {
     try {
       if (step == 0) mismatched_call(c, k, w, src, keep);
-      else c.barrier();
+      else follow_up(c);
     } catch (const braid::error& e) {
       s.code = static_cast<int>(e.code());
       s.where = step;
@@ -566,7 +574,7 @@ TEST_CASE("mismatch outside debug mode (threads): every collective, staged and z
               for (const auto& s : v) CHECK(s.where == 0); // every rank reads every peer: found in the call
             summary += std::string(coll_name(k)) + "/" + differs_name(w) + ":" + where + " ";
           }
-  MESSAGE("where each rank raised (0 in the call, 1 or 2 at the next barriers): " << summary);
+  MESSAGE("where each rank raised (0 in the call, 1 or 2 at the next calls): " << summary);
 }
 
 TEST_CASE("mismatch outside debug mode (processes): every collective, staged and registered: mismatch_error on every "
@@ -651,7 +659,7 @@ TEST_CASE("mismatch outside debug mode: mismatched counts under every algorithm 
             for (int step = 0; step < 3 && s.code == 0; ++step) {
               try {
                 if (step == 0) one_call<float>(c, k, count, 0, false, source::ordinary, keep, co);
-                else c.barrier();
+                else follow_up(c);
               } catch (const braid::error& e) {
                 s.code = static_cast<int>(e.code());
                 s.where = step;
@@ -678,7 +686,7 @@ TEST_CASE("mismatch outside debug mode: mismatched counts under every algorithm 
         for (int step = 0; step < 3 && s.code == 0; ++step) {
           try {
             if (step == 0) one_call<float>(c, k, count, 0, false, source::registered, keep, co);
-            else c.barrier();
+            else follow_up(c);
           } catch (const braid::error& e) {
             s.code = static_cast<int>(e.code());
             s.where = step;

@@ -59,11 +59,13 @@ public:
 
   // The call word (always on; segment.hpp, rank_control::call). A call is described by fp = {collective
   // | dtype << 8 | op << 16 | algorithm << 24 | sizeof(T) << 32, count, root + 1 (0: none), collective-call
-  // number} (the debug fingerprint's layout); its word mixes fp and the round the call starts with, so
-  // ranks whose calls differ in any of these, or that are out of step, publish different words.
+  // number} (the debug fingerprint's layout). Its word chains fp and the call's first round onto the
+  // previous call's word, so two ranks publish equal words only if this call and every earlier one
+  // (collectives and barriers) agree: a mismatch that no read noticed (two ranks that both think they
+  // are a broadcast's root read nothing of each other) is caught at their next read of each other.
   std::uint64_t call_word = 0;
   std::array<std::uint64_t, 4> call_fp{};
-  std::array<std::uint64_t, 4> round_fp[4]{}; // fp of the call that used round R, at R % 4 (messages)
+  std::vector<std::uint64_t> checked; // per peer: the last round whose word this rank compared
   std::string (*describe_call)(const std::array<std::uint64_t, 4>&) = nullptr;
 
   static constexpr std::uint64_t mix64(std::uint64_t x) { // splitmix64's finaliser: a bijection
@@ -71,37 +73,38 @@ public:
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
     return x ^ (x >> 31);
   }
-  // Sets the word of the call whose first round is round + 1.
+  // Sets the word of the call whose first round is round + 1: a polynomial in an odd 64-bit constant
+  // over the previous word, fp and the first round, then one mix (a short dependent chain: this runs
+  // on every call, small ones included).
   void begin_rounds(const std::array<std::uint64_t, 4>& fp) {
-    call_word = mix64(mix64(mix64(mix64(mix64(fp[0]) ^ fp[1]) ^ fp[2]) ^ fp[3]) ^ (round + 1));
+    constexpr std::uint64_t k = 0x9e3779b97f4a7c15ULL;
+    std::uint64_t h = (call_word ^ fp[0]) * k + fp[1];
+    h = (h * k + fp[2]) * k + fp[3];
+    call_word = mix64(h * k + (round + 1));
     call_fp = fp;
+    if (checked.size() != static_cast<std::size_t>(nranks)) checked.assign(static_cast<std::size_t>(nranks), 0);
   }
   // Round R starts: the word goes out with the release store of progress_word(R, 1) that follows.
-  void publish_call(std::uint64_t R) {
+  void publish_call(std::uint64_t R) const {
     self().call[R & 3].store(call_word, std::memory_order_relaxed); // beside in_desc[R % 2], written next
-    round_fp[R & 3] = call_fp;
   }
   // Before this rank reads anything of peer's in round R, having acquired a progress word of peer's
-  // round R (or later): peer's word of round R must be this call's.
-  void check_call(int peer, std::uint64_t R) const {
-    if (BRAID_UNLIKELY(seg.rank(peer).call[R & 3].load(std::memory_order_relaxed) != call_word)) fail_mismatch(peer, R, false);
+  // round R (or later): peer's word of round R must be this call's. Once per peer and round: the word
+  // cannot change while this rank is in round R.
+  void check_call(int peer, std::uint64_t R) {
+    std::uint64_t& last = checked[static_cast<std::size_t>(peer)];
+    if (BRAID_LIKELY(last == R)) return;
+    if (BRAID_UNLIKELY(seg.rank(peer).call[R & 3].load(std::memory_order_relaxed) != call_word)) fail_mismatch(peer);
+    last = R;
   }
-  // At the end of round R >= 3 (before progress_word(R + 1, 0), so no peer has rewritten round R - 2's
-  // slot), having acquired every peer's progress_word(R - 1, 0): the words of round R - 2 must agree. This catches calls in which two ranks read nothing of each other (two
-  // ranks that both think they are a broadcast's root) two rounds late, and never reads their data.
-  void check_earlier(int peer, std::uint64_t R) const {
-    const std::uint64_t e = (R - 2) & 3;
-    if (BRAID_UNLIKELY(seg.rank(peer).call[e].load(std::memory_order_relaxed) != self().call[e].load(std::memory_order_relaxed)))
-      fail_mismatch(peer, R - 2, true);
-  }
-  [[noreturn]] void fail_mismatch(int peer, std::uint64_t R, bool earlier) const {
+  [[noreturn]] void fail_mismatch(int peer) const {
     error_context c = ctx;
     c.peer = peer;
-    const std::string mine = describe_call ? describe_call(round_fp[R & 3]) : std::string("a collective");
+    const std::string mine = describe_call ? describe_call(call_fp) : std::string("a collective");
     const std::string m = "mismatched calls: rank " + std::to_string(rank) + " called " + mine + "; rank " +
-                          std::to_string(peer) + "'s call " + (earlier ? "in the same round " : "") +
-                          "differs in collective, element type, operator, count, root or algorithm, or the ranks are out "
-                          "of step (BRAID_DEBUG=1 names both calls)";
+                          std::to_string(peer) + "'s call differs in collective, element type, operator, count, root or "
+                          "algorithm, or an earlier call of the two ranks did, or they are out of step (BRAID_DEBUG=1 "
+                          "names both calls)";
     publish_failure(errc::mismatch, m);
     raise(errc::mismatch, m, c);
   }

@@ -122,10 +122,6 @@ void run_schedule(rank_context& cx, collective coll, const collective_buffers& b
       }
       cx.post(progress_word(R, static_cast<std::uint64_t>(j) + 2));
     }
-    // Round R - 2's words agree with every peer's (acquired in the prologue; off the readers' path).
-    if (R >= 3)
-      for (int q = 0; q < n; ++q)
-        if (q != r) cx.check_earlier(q, R);
     cx.post(progress_word(R + 1, 0));
   }
   if (b.zero_copy && rounds)
@@ -134,7 +130,7 @@ void run_schedule(rank_context& cx, collective coll, const collective_buffers& b
 }
 
 // Dissemination barrier: one round with no data. It publishes a call word (cx.begin_rounds) that a
-// collective's reader compares; it reads no data, so it compares only round R - 2's words, at its end.
+// collective's reader compares, and that later calls chain on; reading no data, it compares none.
 inline void run_barrier(rank_context& cx) {
   const std::uint64_t R = ++cx.round;
   const int n = cx.nranks;
@@ -149,9 +145,6 @@ inline void run_barrier(rank_context& cx) {
     cx.wait_progress(st.src[0].rank, progress_word(R, static_cast<std::uint64_t>(st.src[0].ready + 2)));
     cx.post(progress_word(R, static_cast<std::uint64_t>(k) + 2));
   }
-  if (R >= 3)
-    for (int q = 0; q < n; ++q)
-      if (q != cx.rank) cx.check_earlier(q, R);
   cx.post(progress_word(R + 1, 0));
 }
 

@@ -48,7 +48,8 @@ struct alignas(control_stride) rank_control {
   // (threads) or a registered-buffer descriptor (processes) to the start of the user's input.
   std::uint64_t in_desc[2];
   // The call word of round R is call[R % 4]: a hash of the call's collective, element type, operator,
-  // count, root, algorithm, collective-call number and first round (rank_context::begin_rounds). Stored
+  // count, root, algorithm, collective-call number and first round, chained onto the previous call's
+  // word (rank_context::begin_rounds). Stored
   // (relaxed) before the release store of progress_word(R, 1) that starts round R; a reader that
   // acquired a word of round R from this rank compares it before it reads any of this rank's data.
   // Four slots: a rank rewrites slot R % 4 only in round R + 4, which needs every peer to have finished
