@@ -452,7 +452,7 @@ private:
     guarded(p, [&] {
       if (n > 1) {
         // The call's description: compared across ranks in full in debug mode, and always through the
-        // call word that each round publishes beside its progress word (host::rank_context::begin_rounds).
+        // call word that each round publishes with its progress word (host::rank_context::begin_rounds).
         const bool rooted = c == collective::broadcast || c == collective::reduce;
         const std::array<std::uint64_t, 4> fp{static_cast<std::uint64_t>(c) | static_cast<std::uint64_t>(dtype_of_v<T>) << 8 |
                                                   static_cast<std::uint64_t>(op_kind_v<Op>) << 16 |

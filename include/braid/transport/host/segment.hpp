@@ -18,7 +18,7 @@
 namespace braid::host {
 
 inline constexpr std::uint64_t segment_magic = 0x62726169642d7368ULL; // "braid-sh"
-inline constexpr std::uint32_t segment_version = 2; // 2: call words beside the progress word
+inline constexpr std::uint32_t segment_version = 2; // 2: rank_control::call
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "braid needs lock-free 64-bit atomics");
 
@@ -49,9 +49,9 @@ struct alignas(control_stride) rank_control {
   std::uint64_t in_desc[2];
   // The call word of round R is call[R % 4]: a hash of the call's collective, element type, operator,
   // count, root, algorithm, collective-call number and first round, chained onto the previous call's
-  // word (rank_context::begin_rounds). Stored
-  // (relaxed) before the release store of progress_word(R, 1) that starts round R; a reader that
-  // acquired a word of round R from this rank compares it before it reads any of this rank's data.
+  // word (rank_context::begin_rounds). Stored (relaxed) before the release store of
+  // progress_word(R, 1) that starts round R; a reader that acquired a word of round R from this rank
+  // compares it before it reads any of this rank's data.
   // Four slots: a rank rewrites slot R % 4 only in round R + 4, which needs every peer to have finished
   // round R + 2, so the word of round R is stable while any peer is in round R, R + 1 or R + 2. They
   // share in_desc's cache line, which the rank writes at the start of every round anyway and readers
