@@ -3,21 +3,27 @@
 // a mismatch raises mismatch_error on every rank, naming both calls, and the communicator then refuses
 // further calls. Matching calls (empty ones, send/recv between some ranks in between) pass. An empty
 // call (count 0) is no call in either mode: not counted, not fingerprinted, nothing waited for. Outside
-// debug mode a mismatched call never writes outside this rank's own output and never hangs past the
-// deadline (it may return garbage or raise an error).
+// debug mode every call is compared too, through one word per round (the call word, at the end of this
+// file): mismatch_error on every rank, no read outside any buffer, no write outside this rank's output.
 #include <doctest/doctest.h>
 
 #include <braid/braid.hpp>
 #include <support/fork_ranks.hpp>
 
+#include <barrier>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <cstdio>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <span>
 #include <string>
 #include <vector>
+
+#include <sys/mman.h>
 
 namespace {
 
@@ -348,4 +354,354 @@ TEST_CASE("mismatch outside debug mode (processes): never writes out of bounds, 
     }, 60s);
     for (int s : status) CHECK(s == 0);
   }
+}
+
+// ---- outside debug mode: every call is compared (the call word) ---------------------------------------
+//
+// Without BRAID_DEBUG every round publishes a word naming the call (collective, element type, operator,
+// count, root, algorithm, collective-call number, first round) beside its progress word, and a rank
+// compares a peer's word before it reads anything of that peer's. So a mismatched call raises
+// mismatch_error on every rank (in the call, or, on a rank whose part of the call returned before a
+// rank noticed, or when no rank read anything of the other's, at one of its next two calls that read
+// each other's data: here all_reduce) and no rank reads outside any buffer. Buffers here
+// are fenced by inaccessible pages, so a read past either end kills the test (SIGSEGV) in any build;
+// registered buffers (alloc) cannot be fenced in the peers that map them: there the error is checked,
+// and the ASan build (scripts/sanitize.sh asan) watches the ordinary ones.
+
+namespace {
+
+// `count` elements whose last byte is followed, and whose first byte is preceded, by a PROT_NONE page.
+template <class T> class fenced {
+public:
+  explicit fenced(std::size_t count) {
+    const std::size_t bytes = count * sizeof(T), pages = (bytes + 4095) / 4096;
+    map_bytes_ = (pages + 2) * 4096;
+    void* m = ::mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) throw std::runtime_error("mmap failed");
+    base_ = static_cast<std::byte*>(m);
+    if (::mprotect(base_, 4096, PROT_NONE) != 0 || ::mprotect(base_ + (pages + 1) * 4096, 4096, PROT_NONE) != 0)
+      throw std::runtime_error("mprotect failed");
+    data_ = reinterpret_cast<T*>(base_ + (pages + 1) * 4096 - bytes);
+    for (std::size_t i = 0; i < count; ++i) data_[i] = static_cast<T>(1);
+  }
+  fenced(const fenced&) = delete;
+  fenced& operator=(const fenced&) = delete;
+  ~fenced() { ::munmap(base_, map_bytes_); }
+  T* data() const { return data_; }
+
+private:
+  std::byte* base_ = nullptr;
+  std::size_t map_bytes_ = 0;
+  T* data_ = nullptr;
+};
+
+enum class coll_kind { all_reduce, broadcast, reduce, reduce_scatter, all_gather };
+constexpr coll_kind all_colls[] = {coll_kind::all_reduce, coll_kind::broadcast, coll_kind::reduce, coll_kind::reduce_scatter,
+                                   coll_kind::all_gather};
+const char* coll_name(coll_kind k) {
+  switch (k) {
+  case coll_kind::all_reduce: return "all_reduce";
+  case coll_kind::broadcast: return "broadcast";
+  case coll_kind::reduce: return "reduce";
+  case coll_kind::reduce_scatter: return "reduce_scatter";
+  default: return "all_gather";
+  }
+}
+bool reduces(coll_kind k) { return k == coll_kind::all_reduce || k == coll_kind::reduce || k == coll_kind::reduce_scatter; }
+bool rooted(coll_kind k) { return k == coll_kind::broadcast || k == coll_kind::reduce; }
+
+enum class what_differs { count, type, op, root, collective, barrier };
+const char* differs_name(what_differs w) {
+  switch (w) {
+  case what_differs::count: return "count";
+  case what_differs::type: return "type";
+  case what_differs::op: return "operator";
+  case what_differs::root: return "root";
+  case what_differs::collective: return "collective";
+  default: return "barrier against the collective";
+  }
+}
+
+// Where the input lives: fenced ordinary memory (staged, or read in place by thread peers when
+// zero_copy is set), or a buffer from communicator::alloc (read in place by every peer).
+enum class source { ordinary, registered };
+
+// One out-of-place call of collective k on `count` elements (per block), with this rank's input in
+// `src` memory; max instead of sum when `use_max`.
+// The buffers outlive the call in `keep`: after an error a peer may still be reading this rank's input
+// in place until it, too, notices the failure (guarantees.md, completion semantics), so the callers
+// free them only once every rank is done.
+using keeper = std::vector<std::shared_ptr<void>>;
+template <class T>
+void one_call(communicator& c, coll_kind k, std::size_t count, int root, bool use_max, source src, keeper& keep,
+              braid::call_options co = {}) {
+  const std::size_t n = static_cast<std::size_t>(c.size());
+  const std::size_t in_n = k == coll_kind::reduce_scatter ? count * n : count;
+  const std::size_t out_n = k == coll_kind::all_gather ? count * n : count;
+  auto out = std::make_shared<fenced<T>>(out_n);
+  keep.push_back(out);
+  const T* in = nullptr;
+  if (src == source::registered) {
+    auto reg = std::make_shared<braid::buffer<T>>(c.alloc<T>(in_n));
+    for (std::size_t i = 0; i < in_n; ++i) (*reg)[i] = static_cast<T>(1);
+    in = reg->data();
+    keep.push_back(reg);
+  } else {
+    auto plain = std::make_shared<fenced<T>>(in_n);
+    in = plain->data();
+    keep.push_back(plain);
+  }
+  switch (k) {
+  case coll_kind::all_reduce:
+    if (use_max) c.all_reduce(in, out->data(), count, braid::max<>{}, co);
+    else c.all_reduce(in, out->data(), count, braid::sum<>{}, co);
+    break;
+  case coll_kind::broadcast: c.broadcast(in, out->data(), count, root, co); break;
+  case coll_kind::reduce:
+    if (use_max) c.reduce(in, out->data(), count, root, braid::max<>{}, co);
+    else c.reduce(in, out->data(), count, root, braid::sum<>{}, co);
+    break;
+  case coll_kind::reduce_scatter:
+    if (use_max) c.reduce_scatter(in, out->data(), count, braid::max<>{}, co);
+    else c.reduce_scatter(in, out->data(), count, braid::sum<>{}, co);
+    break;
+  case coll_kind::all_gather: c.all_gather(in, out->data(), count, co); break;
+  }
+}
+
+constexpr std::size_t base_count = 3000;
+
+// What rank r calls: the last rank differs from the others in `w`.
+void mismatched_call(communicator& c, coll_kind k, what_differs w, source src, keeper& keep) {
+  const bool odd = c.rank() == c.size() - 1;
+  if (!odd) return one_call<float>(c, k, base_count, 0, false, src, keep);
+  switch (w) {
+  case what_differs::count: return one_call<float>(c, k, base_count * 6 / 5, 0, false, src, keep);
+  case what_differs::type: return one_call<double>(c, k, base_count, 0, false, src, keep);
+  case what_differs::op: return one_call<float>(c, k, base_count, 0, true, src, keep);
+  case what_differs::root: return one_call<float>(c, k, base_count, 1, false, src, keep);
+  case what_differs::collective:
+    return one_call<float>(c, k == coll_kind::all_gather ? coll_kind::all_reduce : coll_kind::all_gather, base_count, 0, false,
+                           src, keep);
+  default:
+    // For process ranks alloc is a collective too: allocate as the others do, then differ.
+    if (src == source::registered) keep.push_back(std::make_shared<braid::buffer<float>>(c.alloc<float>(16)));
+    c.barrier();
+    return;
+  }
+}
+
+// What one rank saw: the first error of the mismatched call and the two matching all_reduce calls after
+// it, and where.
+struct seen {
+  int code = 0;   // errc of the first error, 0 = none
+  int where = -1; // 0: the mismatched call, 1 and 2: the calls after it
+  double seconds = 0;
+  char what[400] = {};
+};
+
+// A matching call after the mismatched one, in which every rank reads every other rank's input.
+void follow_up(communicator& c) {
+  std::vector<float> v(16, 1.0f);
+  c.all_reduce(std::span<float>(v));
+}
+
+void run_one(communicator& c, coll_kind k, what_differs w, source src, seen& s, keeper& keep) {
+  const auto t0 = clock_type::now();
+  for (int step = 0; step < 3 && s.code == 0; ++step) {
+    try {
+      if (step == 0) mismatched_call(c, k, w, src, keep);
+      else follow_up(c);
+    } catch (const braid::error& e) {
+      s.code = static_cast<int>(e.code());
+      s.where = step;
+      std::snprintf(s.what, sizeof(s.what), "%s", e.what());
+    }
+  }
+  s.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+std::vector<what_differs> kinds_for(coll_kind k) {
+  std::vector<what_differs> v{what_differs::count, what_differs::type, what_differs::collective, what_differs::barrier};
+  if (reduces(k)) v.push_back(what_differs::op);
+  if (rooted(k)) v.push_back(what_differs::root);
+  return v;
+}
+
+braid::options call_word_options(bool zero_copy) {
+  braid::options o;
+  o.timeout = std::chrono::seconds(5);
+  o.staging_bytes = std::size_t{64} << 10; // several rounds per call
+  o.zero_copy_min_bytes = zero_copy ? 1 : SIZE_MAX;
+  return o;
+}
+
+// Every rank saw mismatch_error, soon (well before the 5 s deadline: not a timeout).
+void check_seen(const std::vector<seen>& v, std::string& where) {
+  for (std::size_t r = 0; r < v.size(); ++r) {
+    INFO("rank " << r << ": " << v[r].what);
+    CHECK(v[r].code == static_cast<int>(braid::errc::mismatch));
+    CHECK(v[r].seconds < 2.0);
+    where += std::to_string(v[r].where);
+  }
+}
+
+} // namespace
+
+TEST_CASE("mismatch outside debug mode (threads): every collective, staged and zero-copy, ordinary and alloc buffers: "
+          "mismatch_error on every rank, no read outside a buffer") {
+  std::string summary;
+  for (int n : {2, 3})
+    for (bool zero_copy : {false, true})
+      for (source src : {source::ordinary, source::registered})
+        for (coll_kind k : all_colls)
+          for (what_differs w : kinds_for(k)) {
+            if (src == source::registered && !zero_copy) continue; // threads: alloc memory is ordinary memory
+            INFO(n << " thread ranks, " << std::string(coll_name(k)) << ", " << std::string(zero_copy ? "zero-copy" : "staged") << ", "
+                   << std::string(src == source::registered ? "alloc" : "ordinary") << " input, mismatched " << std::string(differs_name(w)));
+            std::vector<seen> v(static_cast<std::size_t>(n));
+            std::barrier done(n);
+            braid::run_threads(n, [&](communicator& c) {
+              keeper keep;
+              std::vector<float> warm(16, 1.0f);
+              c.all_reduce(std::span<float>(warm)); // a matching call first
+              run_one(c, k, w, src, v[static_cast<std::size_t>(c.rank())], keep);
+              done.arrive_and_wait(); // every rank's call ended: nobody reads this rank's input any more
+            }, call_word_options(zero_copy));
+            std::string where;
+            check_seen(v, where);
+            if (k == coll_kind::all_reduce && w != what_differs::barrier)
+              for (const auto& s : v) CHECK(s.where == 0); // every rank reads every peer: found in the call
+            summary += std::string(coll_name(k)) + "/" + differs_name(w) + ":" + where + " ";
+          }
+  MESSAGE("where each rank raised (0 in the call, 1 or 2 at the next calls): " << summary);
+}
+
+TEST_CASE("mismatch outside debug mode (processes): every collective, staged and registered: mismatch_error on every "
+          "rank, no read outside a buffer") {
+  for (source src : {source::ordinary, source::registered})
+    for (coll_kind k : all_colls)
+      for (what_differs w : kinds_for(k)) {
+        INFO("3 processes, " << std::string(coll_name(k)) << ", " << std::string(src == source::registered ? "registered (read in place)" : "staged")
+                             << ", mismatched " << std::string(differs_name(w)));
+        auto* v = static_cast<seen*>(::mmap(nullptr, 3 * sizeof(seen), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+        REQUIRE(v != MAP_FAILED);
+        for (int r = 0; r < 3; ++r) new (&v[r]) seen{};
+        const auto status = braid::testing::fork_ranks(3, [&](int rank, const braid::unique_id& id) {
+          communicator c = communicator::join(id, rank, 3, call_word_options(false));
+          std::vector<float> warm(16, 1.0f);
+          c.all_reduce(std::span<float>(warm));
+          keeper keep; // registered inputs stay mapped in the peers anyway; ordinary ones are staged
+          run_one(c, k, w, src, v[rank], keep);
+          return 0;
+        }, 60s);
+        for (int s : status) CHECK(s == 0); // 128 + 11: a read outside a fenced buffer
+        std::vector<seen> got(v, v + 3);
+        std::string where;
+        check_seen(got, where);
+        ::munmap(v, 3 * sizeof(seen));
+      }
+}
+
+// The issue's reproduction (issue 18, finding 1): two thread ranks, all_reduce of exact-size vectors
+// of 100000 and 120000 floats, default options (zero-copy: 400 KB is above zero_copy_min_bytes). Before
+// the call word the longer rank read past the shorter rank's vector (ASan: heap-buffer-overflow READ
+// in reduce_n) and both returned wrong results.
+TEST_CASE("mismatch outside debug mode: all_reduce of 100000 against 120000 floats raises mismatch_error on both ranks") {
+  for (bool in_place : {false, true}) {
+    INFO(std::string(in_place ? "in place (staged)" : "out of place (zero-copy)"));
+    std::vector<seen> v(2);
+    braid::options o;
+    o.timeout = std::chrono::seconds(5);
+    braid::run_threads(2, [&](communicator& c) {
+      const std::size_t count = c.rank() == 0 ? 100000 : 120000;
+      std::vector<float> in(count, 1.0f), out(count, 0.0f);
+      seen& s = v[static_cast<std::size_t>(c.rank())];
+      try {
+        if (in_place) c.all_reduce(std::span<float>(in));
+        else c.all_reduce(std::span<const float>(in), std::span<float>(out));
+      } catch (const braid::error& e) {
+        s.code = static_cast<int>(e.code());
+        std::snprintf(s.what, sizeof(s.what), "%s", e.what());
+      }
+    }, o);
+    for (std::size_t r = 0; r < 2; ++r) {
+      INFO("rank " << r << ": " << v[r].what);
+      CHECK(v[r].code == static_cast<int>(braid::errc::mismatch));
+      CHECK(std::string(v[r].what).find("mismatched calls") != std::string::npos);
+    }
+  }
+}
+
+// Every schedule: mismatched counts (the longer rank reads past the shorter one's buffers if anything
+// lets it) with each algorithm that implements the collective, forced per call, on 2, 3 and 4 thread
+// ranks, staged and zero-copy, and on 3 processes with registered inputs.
+TEST_CASE("mismatch outside debug mode: mismatched counts under every algorithm raise mismatch_error on every rank") {
+  const braid::collective ids[] = {braid::collective::all_reduce, braid::collective::broadcast, braid::collective::reduce,
+                                   braid::collective::reduce_scatter, braid::collective::all_gather};
+  int cases = 0;
+  for (std::size_t i = 0; i < 5; ++i)
+    for (braid::algo a : braid::all_algos) {
+      if (!braid::supports(a, ids[i])) continue;
+      const coll_kind k = all_colls[i];
+      const braid::call_options co{a};
+      for (int n : {2, 3, 4})
+        for (bool zero_copy : {false, true}) {
+          INFO(n << " thread ranks, " << std::string(coll_name(k)) << ", " << std::string(braid::name(a)) << ", "
+                 << std::string(zero_copy ? "zero-copy" : "staged"));
+          std::vector<seen> v(static_cast<std::size_t>(n));
+          std::barrier done(n);
+          braid::run_threads(n, [&](communicator& c) {
+            keeper keep;
+            const std::size_t count = c.rank() == c.size() - 1 ? base_count * 6 / 5 : base_count;
+            seen& s = v[static_cast<std::size_t>(c.rank())];
+            const auto t0 = clock_type::now();
+            for (int step = 0; step < 3 && s.code == 0; ++step) {
+              try {
+                if (step == 0) one_call<float>(c, k, count, 0, false, source::ordinary, keep, co);
+                else follow_up(c);
+              } catch (const braid::error& e) {
+                s.code = static_cast<int>(e.code());
+                s.where = step;
+                std::snprintf(s.what, sizeof(s.what), "%s", e.what());
+              }
+            }
+            s.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+            done.arrive_and_wait();
+          }, call_word_options(zero_copy));
+          std::string where;
+          check_seen(v, where);
+          ++cases;
+        }
+      INFO("3 processes, registered inputs, " << std::string(coll_name(k)) << ", " << std::string(braid::name(a)));
+      auto* v = static_cast<seen*>(::mmap(nullptr, 3 * sizeof(seen), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+      REQUIRE(v != MAP_FAILED);
+      for (int r = 0; r < 3; ++r) new (&v[r]) seen{};
+      const auto status = braid::testing::fork_ranks(3, [&](int rank, const braid::unique_id& id) {
+        communicator c = communicator::join(id, rank, 3, call_word_options(false));
+        keeper keep;
+        seen& s = v[rank];
+        const std::size_t count = rank == 2 ? base_count * 6 / 5 : base_count;
+        const auto t0 = clock_type::now();
+        for (int step = 0; step < 3 && s.code == 0; ++step) {
+          try {
+            if (step == 0) one_call<float>(c, k, count, 0, false, source::registered, keep, co);
+            else follow_up(c);
+          } catch (const braid::error& e) {
+            s.code = static_cast<int>(e.code());
+            s.where = step;
+            std::snprintf(s.what, sizeof(s.what), "%s", e.what());
+          }
+        }
+        s.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+        return 0;
+      }, 60s);
+      for (int st : status) CHECK(st == 0);
+      std::vector<seen> got(v, v + 3);
+      std::string where;
+      check_seen(got, where);
+      ::munmap(v, 3 * sizeof(seen));
+      ++cases;
+    }
+  MESSAGE("mismatched counts under every algorithm: " << cases << " cases");
 }

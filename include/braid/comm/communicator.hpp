@@ -181,9 +181,12 @@ public:
     busy_guard g(live());
     impl& p = enter(g.p, "barrier");
     guarded(p, [&] {
-      if (p.opts.debug && p.cx.nranks > 1)
-        check_fingerprint(p, {static_cast<std::uint64_t>(collective::barrier) | std::uint64_t{0xffffff} << 8, 0, 0, ++p.collectives});
-      if (p.cx.nranks > 1) host::run_barrier(p.cx);
+      if (p.cx.nranks == 1) return;
+      const std::array<std::uint64_t, 4> fp{static_cast<std::uint64_t>(collective::barrier) | std::uint64_t{0xffffff} << 8, 0, 0,
+                                            ++p.collectives};
+      if (p.opts.debug) check_fingerprint(p, fp);
+      p.cx.begin_rounds(fp);
+      host::run_barrier(p.cx);
     });
   }
 
@@ -277,7 +280,7 @@ private:
     host::rank_context cx;
     options opts;
     std::uint64_t seq = 0;
-    std::uint64_t collectives = 0; // calls every rank makes (collectives, barrier): debug fingerprints
+    std::uint64_t collectives = 0; // calls every rank makes (collectives, barrier): call words and debug fingerprints
     bool failed = false;
     std::string failure;
     std::atomic<bool> busy{false};
@@ -379,6 +382,9 @@ private:
       } catch (const error& e) {
         p.failed = true;
         p.failure = e.what();
+        // Mismatched calls found by a peer after this rank's part of the call had returned (the root
+        // of a staged broadcast, for one): this rank learns it here, as the same error.
+        if (e.code() == errc::mismatch) throw;
       }
     }
     if (p.failed)
@@ -444,13 +450,17 @@ private:
       raise(errc::unsupported, "staging memory (options::staging_bytes) too small for " + std::string(name(a)) +
                                    " with " + std::to_string(n) + " ranks and " + std::to_string(sizeof(T)) + "-byte elements", p.cx.ctx);
     guarded(p, [&] {
-      if (p.opts.debug && n > 1) {
+      if (n > 1) {
+        // The call's description: compared across ranks in full in debug mode, and always through the
+        // call word that each round publishes with its progress word (host::rank_context::begin_rounds).
         const bool rooted = c == collective::broadcast || c == collective::reduce;
-        check_fingerprint(p, {static_cast<std::uint64_t>(c) | static_cast<std::uint64_t>(dtype_of_v<T>) << 8 |
-                                  static_cast<std::uint64_t>(op_kind_v<Op>) << 16 | static_cast<std::uint64_t>(a) << 24 |
-                                  std::uint64_t{sizeof(T) & 0xffffffu} << 32,
-                              std::uint64_t{count}, rooted ? static_cast<std::uint64_t>(root) + 1 : 0,
-                              ++p.collectives});
+        const std::array<std::uint64_t, 4> fp{static_cast<std::uint64_t>(c) | static_cast<std::uint64_t>(dtype_of_v<T>) << 8 |
+                                                  static_cast<std::uint64_t>(op_kind_v<Op>) << 16 |
+                                                  static_cast<std::uint64_t>(a) << 24 | std::uint64_t{sizeof(T) & 0xffffffu} << 32,
+                                              std::uint64_t{count}, rooted ? static_cast<std::uint64_t>(root) + 1 : 0,
+                                              ++p.collectives};
+        if (p.opts.debug) check_fingerprint(p, fp);
+        p.cx.begin_rounds(fp);
       }
       if (n == 1) {
         if (!writes_out) return;
@@ -618,6 +628,7 @@ private:
     p.cx.nranks = nranks;
     p.cx.mode = mode;
     p.cx.timeout = opts.timeout;
+    p.cx.describe_call = &communicator::describe_fingerprint;
     host::rank_control& me = p.cx.self();
     me.pid = ::getpid();
     me.state.store(static_cast<std::uint32_t>(host::rank_state::active), std::memory_order_release);
@@ -695,6 +706,7 @@ inline communicator communicator::join(const unique_id& id, int rank, int nranks
   c.barrier();
   p.opts.debug = debug;
   p.seq = 0;
+  p.collectives = 0;
   return c;
 }
 

@@ -9,6 +9,7 @@
 // other rank stops waiting at once instead of at its own deadline.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -55,6 +56,58 @@ public:
 
   // The call in progress, for error messages.
   error_context ctx{};
+
+  // The call word (always on; segment.hpp, rank_control::call). A call is described by fp = {collective
+  // | dtype << 8 | op << 16 | algorithm << 24 | sizeof(T) << 32, count, root + 1 (0: none), collective-call
+  // number} (the debug fingerprint's layout). Its word chains fp and the call's first round onto the
+  // previous call's word, so two ranks publish equal words only if this call and every earlier one
+  // (collectives and barriers) agree: a mismatch that no read noticed (two ranks that both think they
+  // are a broadcast's root read nothing of each other) is caught at their next read of each other.
+  std::uint64_t call_word = 0;
+  std::array<std::uint64_t, 4> call_fp{};
+  std::vector<std::uint64_t> checked; // per peer: the last round whose word this rank compared
+  std::string (*describe_call)(const std::array<std::uint64_t, 4>&) = nullptr;
+
+  static constexpr std::uint64_t mix64(std::uint64_t x) { // splitmix64's finaliser: a bijection
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  }
+  // Sets the word of the call whose first round is round + 1: a polynomial in an odd 64-bit constant
+  // over the previous word, fp and the first round, then one mix (a short dependent chain: this runs
+  // on every call, small ones included).
+  void begin_rounds(const std::array<std::uint64_t, 4>& fp) {
+    constexpr std::uint64_t k = 0x9e3779b97f4a7c15ULL;
+    std::uint64_t h = (call_word ^ fp[0]) * k + fp[1];
+    h = (h * k + fp[2]) * k + fp[3];
+    call_word = mix64(h * k + (round + 1));
+    call_fp = fp;
+    if (checked.size() != static_cast<std::size_t>(nranks)) checked.assign(static_cast<std::size_t>(nranks), 0);
+  }
+  // Round R starts: the word goes out with the release store of progress_word(R, 1) that follows.
+  void publish_call(std::uint64_t R) const {
+    self().call[R & 3].store(call_word, std::memory_order_relaxed); // beside in_desc[R % 2], written next
+  }
+  // Before this rank reads anything of peer's in round R, having acquired a progress word of peer's
+  // round R (or later): peer's word of round R must be this call's. Once per peer and round: the word
+  // cannot change while this rank is in round R.
+  void check_call(int peer, std::uint64_t R) {
+    std::uint64_t& last = checked[static_cast<std::size_t>(peer)];
+    if (BRAID_LIKELY(last == R)) return;
+    if (BRAID_UNLIKELY(seg.rank(peer).call[R & 3].load(std::memory_order_relaxed) != call_word)) fail_mismatch(peer);
+    last = R;
+  }
+  [[noreturn]] void fail_mismatch(int peer) const {
+    error_context c = ctx;
+    c.peer = peer;
+    const std::string mine = describe_call ? describe_call(call_fp) : std::string("a collective");
+    const std::string m = "mismatched calls: rank " + std::to_string(rank) + " called " + mine + "; rank " +
+                          std::to_string(peer) + "'s call differs in collective, element type, operator, count, root or "
+                          "algorithm, or an earlier call of the two ranks did, or they are out of step (BRAID_DEBUG=1 "
+                          "names both calls)";
+    publish_failure(errc::mismatch, m);
+    raise(errc::mismatch, m, c);
+  }
 
   void begin_call(const char* what, std::uint64_t seq) { ctx = error_context{rank, what, seq, -1}; }
 
@@ -120,6 +173,8 @@ public:
     c.peer = who >= 0 ? who : peer;
     std::string msg = seg.header().abort_message;
     if (code == errc::aborted) raise(errc::aborted, "the communicator was aborted: " + msg, c);
+    // Mismatched calls are reported as such on every rank, whoever found them.
+    if (code == errc::mismatch) raise(errc::mismatch, "rank " + std::to_string(who) + " found mismatched calls: " + msg, c);
     raise(errc::peer_failed, "rank " + std::to_string(who) + " failed: " + msg, c);
   }
 
@@ -132,6 +187,10 @@ public:
   }
 
   [[noreturn]] void fail_peer(int peer) const {
+    // A rank that found mismatched calls published them before it marked itself failed: every rank
+    // reports the mismatch, not the failed peer it led to.
+    const std::uint64_t w = seg.header().abort_word.load(std::memory_order_acquire);
+    if (w && static_cast<errc>((w >> 32) & 0x7fffffffu) == errc::mismatch) check_abort(peer);
     error_context c = ctx;
     c.peer = peer;
     const auto st = static_cast<rank_state>(seg.rank(peer).state.load(std::memory_order_acquire));

@@ -70,10 +70,12 @@ void run_schedule(rank_context& cx, collective coll, const collective_buffers& b
     const std::uint32_t P = S::nchunks(coll, n, schedule::pipeline_chunks<T>(len));
     const schedule::args a{coll, n, r, b.root, P};
 
-    // Prologue: the half is free once every peer finished round R - 2; then publish the input.
+    // Prologue: the half is free once every peer finished round R - 2; then publish the input and
+    // this call's word.
     if (R >= 3)
       for (int q = 0; q < n; ++q)
         if (q != r) cx.wait_progress(q, progress_word(R - 1, 0));
+    cx.publish_call(R);
     rank_control& me = cx.self();
     if (b.zero_copy) {
       me.in_desc[h] = b.in_desc;
@@ -93,7 +95,10 @@ void run_schedule(rank_context& cx, collective coll, const collective_buffers& b
       const int ns = st.count_sources(n);
       for (int i = 0; i < ns; ++i) {
         const schedule::source s = st.source_at(i);
-        if (s.rank != r) cx.wait_progress(s.rank, progress_word(R, static_cast<std::uint64_t>(s.ready + 2)));
+        if (s.rank != r) {
+          cx.wait_progress(s.rank, progress_word(R, static_cast<std::uint64_t>(s.ready + 2)));
+          cx.check_call(s.rank, R); // before anything of s.rank's is read: same call, same round
+        }
       }
       for (std::uint32_t c = st.lo; c < st.hi; ++c) {
         const chunk_span sp = schedule::chunk_at(coll, len, P, c, unit);
@@ -124,13 +129,15 @@ void run_schedule(rank_context& cx, collective coll, const collective_buffers& b
       if (q != r) cx.wait_progress(q, progress_word(R + 1, 0));
 }
 
-// Dissemination barrier: one round with no data.
+// Dissemination barrier: one round with no data. It publishes a call word (cx.begin_rounds) that a
+// collective's reader compares, and that later calls chain on; reading no data, it compares none.
 inline void run_barrier(rank_context& cx) {
   const std::uint64_t R = ++cx.round;
   const int n = cx.nranks;
   if (R >= 3)
     for (int q = 0; q < n; ++q)
       if (q != cx.rank) cx.wait_progress(q, progress_word(R - 1, 0));
+  cx.publish_call(R);
   cx.post(progress_word(R, 1));
   const int K = schedule::dissemination::nsteps(n);
   for (int k = 0; k < K; ++k) {

@@ -18,7 +18,7 @@
 namespace braid::host {
 
 inline constexpr std::uint64_t segment_magic = 0x62726169642d7368ULL; // "braid-sh"
-inline constexpr std::uint32_t segment_version = 1;
+inline constexpr std::uint32_t segment_version = 2; // 2: rank_control::call
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "braid needs lock-free 64-bit atomics");
 
@@ -47,6 +47,17 @@ struct alignas(control_stride) rank_control {
   // Where this rank's input for rounds of parity h is: 0 = staged in its window; otherwise a pointer
   // (threads) or a registered-buffer descriptor (processes) to the start of the user's input.
   std::uint64_t in_desc[2];
+  // The call word of round R is call[R % 4]: a hash of the call's collective, element type, operator,
+  // count, root, algorithm, collective-call number and first round, chained onto the previous call's
+  // word (rank_context::begin_rounds). Stored (relaxed) before the release store of
+  // progress_word(R, 1) that starts round R; a reader that acquired a word of round R from this rank
+  // compares it before it reads any of this rank's data.
+  // Four slots: a rank rewrites slot R % 4 only in round R + 4, which needs every peer to have finished
+  // round R + 2, so the word of round R is stable while any peer is in round R, R + 1 or R + 2. They
+  // share in_desc's cache line, which the rank writes at the start of every round anyway and readers
+  // of its input load anyway: not the progress word's line, where a second store before the post
+  // would cost a second transfer of the line that peers spin on.
+  std::atomic<std::uint64_t> call[4];
   // Debug-mode fingerprint of the current call (collective, type, op, count, root, sequence):
   // fingerprint[] is written, then fingerprint_seq stored with release; once this rank compared every
   // peer's fingerprint it stores fingerprint_checked. A rank rewrites its fingerprint only after every
@@ -55,6 +66,8 @@ struct alignas(control_stride) rank_control {
   std::uint64_t fingerprint[4];
   std::atomic<std::uint64_t> fingerprint_checked;
 };
+
+static_assert(sizeof(rank_control) == 2 * control_stride, "a rank control block is two control lines (guarantees.md, memory use)");
 
 // Send/recv between an ordered pair (sender s, receiver d): the sender publishes a message header and
 // then pieces of it in its send buffer; the receiver acknowledges bytes as it copies them out.
