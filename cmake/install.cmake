@@ -8,6 +8,7 @@
 #   ${CMAKE_INSTALL_DATAROOTDIR}/cmake/braid/braidTargets.cmake  braid::braid, braid::emu (INTERFACE, imported)
 #   ${CMAKE_INSTALL_DATAROOTDIR}/cmake/braid/braidConfig.cmake   find_package(braid) entry point
 #   ${CMAKE_INSTALL_DATAROOTDIR}/cmake/braid/braidConfigVersion.cmake
+#   ${CMAKE_INSTALL_DATAROOTDIR}/cmake/braid/cuda-standard.cmake  C++20 for consumers' .cu files
 # Header-only and architecture-independent, so the package lives under share/, not lib/.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -52,5 +53,6 @@ if(BRAID_INSTALL)
   install(FILES
             "${braid_BINARY_DIR}/braidConfig.cmake"
             "${braid_BINARY_DIR}/braidConfigVersion.cmake"
+            "${CMAKE_CURRENT_LIST_DIR}/cuda-standard.cmake"
           DESTINATION "${BRAID_INSTALL_CMAKEDIR}")
 endif()

@@ -7,7 +7,8 @@
 #                  WORK/braid-src.tar.gz, for FetchContent). Configures, builds, runs the consumer's
 #                  CTest (which runs its executable).
 # Common: GENERATOR, GENERATOR_PLATFORM, GENERATOR_TOOLSET, MAKE_PROGRAM, CXX_COMPILER, TOOLCHAIN_FILE,
-#         CONFIG (the build configuration of the parent build; may be empty).
+#         CONFIG (the build configuration of the parent build; may be empty), CUDA_DIR (cuda/: main.cu
+#         and steps.cmake), CUDA_COMPILER and CUDA_ARCHITECTURES (only where the parent has nvcc).
 cmake_minimum_required(VERSION 3.21)
 
 function(run)
@@ -57,6 +58,10 @@ if(TOOLCHAIN_FILE)
 endif()
 if(CONFIG)
   list(APPEND args "-DCMAKE_BUILD_TYPE=${CONFIG}")
+endif()
+list(APPEND args "-DBRAID_TEST_CUDA_DIR=${CUDA_DIR}")
+if(CUDA_COMPILER)
+  list(APPEND args "-DBRAID_TEST_CUDA_COMPILER=${CUDA_COMPILER}" "-DBRAID_TEST_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}")
 endif()
 
 if(PREFIX)
