@@ -564,7 +564,7 @@ TEST_CASE("gpu copy-only element type: broadcast and all_gather of a 3-byte stru
 
 // The ranks of a GPU are one launch, so they are captured together: per GPU, one capture on the
 // stream of its first rank, every rank of that GPU enqueued on that stream inside a bracket.
-TEST_CASE("gpu graph: one captured all_reduce per GPU, replayed with new inputs") {
+TEST_CASE("gpu graph: one captured all_reduce per GPU, replayed with new inputs, every capture mode") {
   const int n = 4;
   const std::size_t large = sweep_large();
   struct variant {
@@ -573,9 +573,16 @@ TEST_CASE("gpu graph: one captured all_reduce per GPU, replayed with new inputs"
   };
   // 7 elements: one round (one_shot); the large count: several rounds (two_shot, 64 KiB of staging),
   // read in place.
-  for (const variant v : {variant{7, true}, variant{large, false}}) {
+  // Every capture mode for the small call (api.md: any mode works, braid makes no call that a
+  // global-mode capture forbids while a capture is under way); thread-local for the large one.
+  const cudaStreamCaptureMode modes[] = {cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeGlobal,
+                                         cudaStreamCaptureModeRelaxed};
+  for (const variant v : {variant{7, true}, variant{large, false}})
+  for (const cudaStreamCaptureMode mode : modes) {
+    if (v.count != 7 && mode != cudaStreamCaptureModeThreadLocal) continue;
     CAPTURE(v.count);
     CAPTURE(v.in_place);
+    CAPTURE(static_cast<int>(mode));
     const std::vector<int> devs = sweep_devices(n);
     auto g = gt::make_group(devs, sweep_timeout(), std::size_t{64} << 10, sweep_threads());
     float_buffers b(n, v.count);
@@ -588,7 +595,7 @@ TEST_CASE("gpu graph: one captured all_reduce per GPU, replayed with new inputs"
       const int d = devs[static_cast<std::size_t>(firsts[k])];
       cudaStream_t s = stream_of(*g, firsts[k]);
       GPU_OK(cudaSetDevice(d));
-      GPU_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      GPU_OK(cudaStreamBeginCapture(s, mode));
       try {
         gt::bracket ranks_of_this_gpu;
         for (int r = 0; r < n; ++r) {
@@ -621,6 +628,48 @@ TEST_CASE("gpu graph: one captured all_reduce per GPU, replayed with new inputs"
     expect_working_all_reduce(*g, v.count);
     for (auto e : execs) cudaGraphExecDestroy(e);
     for (auto gr : graphs) cudaGraphDestroy(gr);
+  }
+}
+
+// api.md, "Streams, devices and buffers": the current device need not be the rank's (a call sets
+// and restores it), and once a call is enqueued, work enqueued after it on the same stream may
+// overwrite its input (the kernel ends only after every peer has read the input in place). With two
+// devices rank 0's call is made while device 1 is current and each input is zeroed on its stream
+// right behind the call, so an input released early would reach a peer as zeros.
+TEST_CASE("gpu stream rules: any current device; an input may be overwritten by the stream's next work") {
+  int ndev = 0;
+  GPU_OK(cudaGetDeviceCount(&ndev));
+  const std::vector<int> devs = ndev >= 2 ? std::vector<int>{0, 1, 1} : std::vector<int>{0, 0, 0};
+  const int n = static_cast<int>(devs.size());
+  const std::size_t count = 3001; // several chunks; out of place, so peers read the inputs in place
+  auto g = gt::make_group(devs, sweep_timeout(), 0, sweep_threads());
+  float_buffers b(n, count, devs);
+  for (int rep = 0; rep < 3; ++rep) {
+    CAPTURE(rep);
+    upload_inputs(b, rep, false);
+    const int current = devs.back();
+    GPU_OK(cudaSetDevice(current));
+    {
+      gt::bracket every_rank;
+      for (int r = 0; r < n; ++r) {
+        const std::size_t ur = static_cast<std::size_t>(r);
+        CHECK(gt::reads_in_place(*g, r, b.in[ur]));
+        gt::enqueue(*g, r, float_all_reduce(b.in[ur], b.out[ur], count));
+      }
+    }
+    int after = -1;
+    GPU_OK(cudaGetDevice(&after));
+    CHECK(after == current); // the calls restored the caller's device
+    for (int r = 0; r < n; ++r) {
+      const std::size_t ur = static_cast<std::size_t>(r);
+      GPU_OK(cudaSetDevice(devs[ur]));
+      GPU_OK(cudaMemsetAsync(b.in[ur], 0, count * sizeof(float), stream_of(*g, r)));
+    }
+    for (int r = 0; r < n; ++r) GPU_OK(cudaStreamSynchronize(stream_of(*g, r)));
+    for (int r = 0; r < n; ++r) gt::check(*g, r);
+    GPU_OK(cudaSetDevice(0));
+    std::string first;
+    CHECK_MESSAGE(count_wrong_sums(b, rep, first) == 0, first);
   }
 }
 

@@ -29,6 +29,7 @@
 #include <cstring>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <signal.h>
@@ -288,6 +289,9 @@ TEST_CASE("registration: unexportable memory is refused, registered inputs are r
     gp::to_device(in_f, host.data(), count * sizeof(float));
     const gp::stats before = gp::stats_of(*c);
     gp::run(*c, float_all_reduce(in_f, out, count));
+    // A registered input may be overwritten as soon as the call returns (api.md): no peer reads it
+    // any more. Overwritten here before the output is checked, on both ranks.
+    gp::dev_fill(in, 0, count * sizeof(float) + 256);
     const gp::stats after = gp::stats_of(*c);
     gp::to_host(host.data(), out, count * sizeof(float));
     for (std::size_t i = 0; i < count; ++i)
@@ -334,6 +338,33 @@ TEST_CASE("registration: unexportable memory is refused, registered inputs are r
     return 0;
   }, std::chrono::seconds(120));
   expect_all_zero(st, "registration");
+}
+
+// api.md: device -1 picks the host rank modulo the devices this process sees, and barrier(stream)
+// returns only once every rank has reached it (rank 1 arrives 300 ms late).
+TEST_CASE("device -1 is host rank % device count; barrier(stream) waits for every rank") {
+  const int n = 2;
+  const auto st = braid::testing::fork_ranks(n, [&](int r, const braid::unique_id& id) {
+    const int ndev = gp::device_count();
+    if (ndev < 1) return 1;
+    auto c = gp::connect(braid::communicator::join(id, r, n), -1);
+    if (gp::device_of(*c) != r % ndev) {
+      std::fprintf(stderr, "rank %d: device %d, expected %d\n", r, gp::device_of(*c), r % ndev);
+      return 2;
+    }
+    gp::barrier(*c); // both constructed and past a first barrier
+    const auto t0 = std::chrono::steady_clock::now();
+    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    gp::barrier(*c);
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    if (r == 0 && waited < std::chrono::milliseconds(250)) {
+      std::fprintf(stderr, "rank 0 left the barrier after %lld ms, before rank 1 reached it\n",
+                   static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()));
+      return 3;
+    }
+    return 0;
+  }, std::chrono::seconds(120));
+  expect_all_zero(st, "device and barrier");
 }
 
 TEST_CASE("a mismatched call raises mismatch_error on every rank") {

@@ -3,7 +3,7 @@
 // host. Several processes may share one GPU.
 //
 //   braid::communicator host = braid::communicator_from_env();        // RANK/WORLD_SIZE/LOCAL_RANK, or
-//   braid::cuda::process_communicator comm(std::move(host));          // BRAID_UNIQUE_ID; GPU = rank % count
+//   braid::cuda::process_communicator comm(std::move(host));          // BRAID_UNIQUE_ID; GPU = host rank % visible devices
 //   comm.all_reduce(d_in, d_out, count, braid::sum{}, stream);        // returns when the result is in d_out
 //
 // Why the host synchronises: kernels of different processes do not run at the same time on one GPU
