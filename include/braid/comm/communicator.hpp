@@ -55,8 +55,9 @@ namespace braid {
 class thread_group;
 
 // Memory allocated through a communicator (communicator::alloc). For processes its peers map it, so
-// collectives whose input lies in it are read in place: no staging copy. Owns its memory; freeing it
-// is local. Move-only.
+// collectives whose input lies in it are read in place: no staging copy. Owns its memory. Freeing it
+// involves no peer and returns its pages to the system at once; the peers unmap their (then empty)
+// copies at this rank's next alloc. Move-only.
 template <class T> class buffer {
 public:
   buffer() = default;
@@ -85,8 +86,15 @@ public:
 
 private:
   friend class communicator;
+  // Registered: no longer described to peers, and the pages are punched out of the memfd now (peers'
+  // mappings stay valid and read zeros until the next alloc unmaps them; see communicator::alloc for
+  // why no peer is reading them). Works also after the communicator was closed: it needs only the
+  // memfd, which this buffer holds, and the registry, which it shares.
   void release() {
-    if (reg_) reg_->remove_own(id_);
+    if (reg_) {
+      reg_->remove_own(id_);
+      mem_.release_pages();
+    }
     reg_.reset();
     mem_.reset();
     count_ = 0;
@@ -127,6 +135,7 @@ public:
                               std::memory_order_release);
     for (int fd : p_->cx.peer_pidfd)
       if (fd >= 0) ::close(fd);
+    if (p_->reg) p_->reg->drop_peers(); // nothing reads the peers' buffers any more; live buffers keep the registry
     p_.reset();
   }
 
