@@ -122,8 +122,8 @@ inline std::vector<std::byte> encode_reg_table(const reg_table& m) {
   detail::put_u64(p, m.bytes.size());
   for (std::uint64_t b : m.bytes) detail::put_u64(p, b);
   for (std::size_t q = 0; q < m.bytes.size(); ++q) detail::put_u64(p, q < m.freed.size() ? m.freed[q].size() : 0);
-  for (const auto& ids : m.freed)
-    for (std::uint64_t id : ids) detail::put_u64(p, id);
+  for (std::size_t q = 0; q < m.bytes.size() && q < m.freed.size(); ++q)
+    for (std::uint64_t id : m.freed[q]) detail::put_u64(p, id);
   return encode(msg_type::reg_table, p.data(), p.size());
 }
 
