@@ -15,7 +15,7 @@ case "$kind" in
   tsan) flags="-fsanitize=thread" ;;
   *) echo "sanitize.sh: unknown sanitizer '$kind' (asan or tsan)" >&2; exit 2 ;;
 esac
-tests=(test_core test_bad_args test_p2p test_failures test_bootstrap test_custom_types test_hygiene test_mismatch)
+tests=(test_core test_bad_args test_p2p test_failures test_bootstrap test_custom_types test_hygiene test_mismatch test_alloc_free)
 # TSan looks for races between threads: the single-threaded tests (number formats, argument checks
 # that raise before any rank waits) give it nothing to find and cost the longest builds; ASan runs them.
 if [ "$kind" = tsan ]; then tests=(test_p2p test_failures test_bootstrap test_custom_types test_hygiene test_mismatch); fi

@@ -630,7 +630,8 @@ TEST_CASE("wire: malformed headers are rejected with protocol_error") {
   h.magic = 0;
   expect_protocol([&] { (void)wire::parse_header(with_header(m, h).data(), m.size(), wire::msg_type::hello); }, "zero magic");
 
-  for (std::uint16_t v : {std::uint16_t{0}, std::uint16_t{2}, std::uint16_t{0xffff}}) {
+  for (std::uint16_t v : {std::uint16_t{0}, static_cast<std::uint16_t>(wire::version - 1), static_cast<std::uint16_t>(wire::version + 1),
+                          std::uint16_t{0xffff}}) {
     h = header_of(m);
     h.version = v;
     expect_protocol([&] { (void)wire::parse_header(with_header(m, h).data(), m.size(), wire::msg_type::hello); },
@@ -726,6 +727,74 @@ TEST_CASE("wire: malformed payloads are rejected with protocol_error") {
   bad_welcome([](wire::welcome& w) { w.fixed.half_bytes = 0; }, "welcome half_bytes 0");
   bad_welcome([](wire::welcome& w) { w.fixed.p2p_bytes = 0; }, "welcome p2p_bytes 0");
   bad_welcome([](wire::welcome& w) { w.fixed.total_bytes = w.fixed.half_bytes - 1; }, "welcome total < half");
+}
+
+TEST_CASE("wire: registration offer and table carry freed ids; malformed ones are rejected with protocol_error") {
+  const wire::reg_offer o{9, 1 << 20, {2, 5, 8}};
+  const auto om = wire::encode_reg_offer(o);
+  const std::uint32_t olen = wire::parse_header(om.data(), om.size(), wire::msg_type::reg_offer);
+  CHECK(olen == 24 + 3 * 8);
+  const wire::reg_offer o2 = wire::parse_reg_offer(om.data() + sizeof(wire::header), olen);
+  CHECK(o2.alloc_id == 9);
+  CHECK(o2.bytes == o.bytes);
+  CHECK(o2.freed == o.freed);
+  const wire::reg_table t{9, {4096, 8192, 4096}, {{1, 2}, {}, {8}}};
+  const auto tm = wire::encode_reg_table(t);
+  const std::uint32_t tlen = wire::parse_header(tm.data(), tm.size(), wire::msg_type::reg_table);
+  CHECK(tlen == 16 + 3 * 16 + 3 * 8);
+  const wire::reg_table t2 = wire::parse_reg_table(tm.data() + sizeof(wire::header), tlen);
+  CHECK(t2.bytes == t.bytes);
+  CHECK(t2.freed == t.freed);
+  // As many freed ids as a message may carry still parse.
+  wire::reg_offer full{wire::max_freed + 1, 4096, {}};
+  for (std::uint64_t i = 1; i <= wire::max_freed; ++i) full.freed.push_back(i);
+  const auto fm = wire::encode_reg_offer(full);
+  CHECK(wire::parse_reg_offer(fm.data() + sizeof(wire::header), fm.size() - sizeof(wire::header)).freed.size() == wire::max_freed);
+
+  auto bad_offer = [&](wire::reg_offer m, const std::string& what, std::ptrdiff_t cut = 0) {
+    const auto b = wire::encode_reg_offer(m);
+    expect_protocol([&] { (void)wire::parse_reg_offer(b.data() + sizeof(wire::header), b.size() - sizeof(wire::header) - static_cast<std::size_t>(cut)); }, what);
+  };
+  bad_offer({9, 4096, {3, 2}}, "offer: decreasing freed ids");
+  bad_offer({9, 4096, {2, 2}}, "offer: a freed id twice");
+  bad_offer({9, 4096, {0}}, "offer: freed id 0");
+  bad_offer({9, 4096, {9}}, "offer: freed id == alloc id");
+  bad_offer({0, 4096, {}}, "offer: alloc id 0");
+  bad_offer({9, 0, {}}, "offer: size 0");
+  bad_offer({9, 4096, {1, 2}}, "offer: one id short", 8);
+  bad_offer({9, 4096, {1, 2}}, "offer: shorter than its fixed part", 24);
+  wire::reg_offer over = full;
+  over.alloc_id += 1;
+  over.freed.push_back(wire::max_freed + 1);
+  bad_offer(over, "offer: max_freed + 1 ids");
+  expect_protocol([&] {
+    std::vector<std::byte> longer(om.begin() + sizeof(wire::header), om.end());
+    longer.resize(longer.size() + 8);
+    (void)wire::parse_reg_offer(longer.data(), longer.size());
+  }, "offer: 8 bytes more than its count says");
+
+  auto bad_table = [&](wire::reg_table m, const std::string& what, std::ptrdiff_t cut = 0) {
+    const auto b = wire::encode_reg_table(m);
+    expect_protocol([&] { (void)wire::parse_reg_table(b.data() + sizeof(wire::header), b.size() - sizeof(wire::header) - static_cast<std::size_t>(cut)); }, what);
+  };
+  bad_table({9, {4096, 4096}, {{}, {5, 4}}}, "table: decreasing freed ids");
+  bad_table({9, {4096, 4096}, {{12}, {}}}, "table: freed id after the allocation");
+  bad_table({0, {4096, 4096}, {{}, {}}}, "table: alloc id 0");
+  bad_table({9, {4096, 0}, {{}, {}}}, "table: size 0");
+  bad_table({9, {}, {}}, "table: no rank");
+  bad_table({9, {4096, 4096}, {{1}, {2}}}, "table: one id short", 8);
+  bad_table({9, {4096, 4096}, {{1}, {2}}}, "table: counts cut off", 24);
+  expect_protocol([&] {
+    std::vector<std::byte> longer(tm.begin() + sizeof(wire::header), tm.end());
+    longer.resize(longer.size() + 8);
+    (void)wire::parse_reg_table(longer.data(), longer.size());
+  }, "table: 8 bytes more than its counts say");
+  expect_protocol([&] {
+    std::vector<std::byte> huge(tm.begin() + sizeof(wire::header), tm.end());
+    const std::uint64_t k = wire::max_freed + 1; // rank 0's count
+    std::memcpy(huge.data() + (2 + 3) * 8, &k, 8);
+    (void)wire::parse_reg_table(huge.data(), huge.size());
+  }, "table: a count above max_freed");
 }
 
 // ---- the process rendezvous ------------------------------------------------------------------------

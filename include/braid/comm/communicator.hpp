@@ -55,8 +55,9 @@ namespace braid {
 class thread_group;
 
 // Memory allocated through a communicator (communicator::alloc). For processes its peers map it, so
-// collectives whose input lies in it are read in place: no staging copy. Owns its memory; freeing it
-// is local. Move-only.
+// collectives whose input lies in it are read in place: no staging copy. Owns its memory. Freeing it
+// involves no peer and returns its pages to the system at once; the peers unmap their (then empty)
+// copies at this rank's next alloc. Move-only.
 template <class T> class buffer {
 public:
   buffer() = default;
@@ -85,8 +86,15 @@ public:
 
 private:
   friend class communicator;
+  // Registered: no longer described to peers, and the pages are punched out of the memfd now (peers'
+  // mappings stay valid and read zeros until the next alloc unmaps them; see communicator::alloc for
+  // why no peer is reading them). Works also after the communicator was closed: it needs only the
+  // memfd, which this buffer holds, and the registry, which it shares.
   void release() {
-    if (reg_) reg_->remove_own(id_);
+    if (reg_) {
+      reg_->remove_own(id_);
+      mem_.release_pages();
+    }
     reg_.reset();
     mem_.reset();
     count_ = 0;
@@ -127,6 +135,7 @@ public:
                               std::memory_order_release);
     for (int fd : p_->cx.peer_pidfd)
       if (fd >= 0) ::close(fd);
+    if (p_->reg) p_->reg->drop_peers(); // nothing reads the peers' buffers any more; live buffers keep the registry
     p_.reset();
   }
 
@@ -251,6 +260,23 @@ public:
 
   // Allocates `count` elements that peers can read in place (collective for processes: every rank
   // calls it, in the same order; sizes may differ). Zero-initialised.
+  //
+  // Freed buffers (processes). A rank frees its buffer on its own: buffer::release punches the pages
+  // out of the memfd at once, and the id waits in the registry. Its next alloc sends the ids freed
+  // since its previous one (exchange_registration), and every peer unmaps its copies there. Why no
+  // peer is reading a buffer when its pages are punched or its mapping is dropped:
+  //  * Peer q reads rank r's buffer only inside a collective in which r published a descriptor of it,
+  //    i.e. whose input on r lies in that buffer. Such a call on r is zero-copy and returns only after
+  //    every peer has finished the call's last round (run_schedule's final wait; guarantees.md,
+  //    completion semantics), so every read of q happens before r's call returns. The owner can free
+  //    only after its call returned (the buffer is its own object, the call blocks its thread), and
+  //    after the free r describes the buffer to nobody (remove_own). So the punch comes after every
+  //    read. (If the call raised instead, a peer may still be reading until it sees the failure: it
+  //    then reads zeros, never faults, since the file keeps its size; its result is unspecified anyway.)
+  //  * Peer q unmaps inside its own alloc, on the one thread that holds q's communicator (busy_guard),
+  //    the same thread that reads through q's mappings, which it does only inside q's collectives.
+  //    alloc is not a collective that reads anything, so q is between reads when it unmaps. And the
+  //    id reaches q only after r freed the buffer, which (above) is after every read of it.
   template <element T> buffer<T> alloc(std::size_t count) {
     busy_guard g(live());
     impl& p = enter(g.p, "alloc");
@@ -296,6 +322,9 @@ private:
     const auto deadline = clock::now() + p.opts.timeout;
     std::vector<std::uint64_t> sizes(static_cast<std::size_t>(n), 0);
     std::vector<int> fds(static_cast<std::size_t>(n), -1); // received descriptors, by rank
+    // Allocation ids each rank freed since its previous alloc (more than wire::max_freed wait for the next).
+    std::vector<std::vector<std::uint64_t>> freed(static_cast<std::size_t>(n));
+    freed[static_cast<std::size_t>(r)] = p.reg->take_freed(wire::max_freed);
     auto close_all = [&] { for (int q = 0; q < n; ++q) if (q != r && fds[static_cast<std::size_t>(q)] >= 0) ::close(fds[static_cast<std::size_t>(q)]); };
     // Errors on the socket to rank q: this rank, "alloc" and its sequence number, peer q.
     auto with_peer = [&](int q) {
@@ -303,43 +332,60 @@ private:
       c.peer = q;
       return c;
     };
+    // Every id rank q says it freed must be one of q's buffers that this rank maps.
+    auto check_freed = [&](int q, const std::vector<std::uint64_t>& ids) {
+      for (std::uint64_t f : ids)
+        if (!p.reg->maps_peer(f, q))
+          raise(errc::protocol, "alloc: rank " + std::to_string(q) + " announced freeing allocation " + std::to_string(f) +
+                                    ", which is not a buffer of that rank mapped here");
+    };
     sizes[static_cast<std::size_t>(r)] = mine.size();
     fds[static_cast<std::size_t>(r)] = mine.fd();
     try {
       if (r == 0) {
         for (int q = 1; q < n; ++q) {
           std::vector<int> got;
-          const auto offer = recv_message(p.sockets[static_cast<std::size_t>(q)].get(), wire::msg_type::reg_offer, &got, deadline,
-                                          with_peer(q), wire::parse_reg_offer);
+          auto offer = recv_message(p.sockets[static_cast<std::size_t>(q)].get(), wire::msg_type::reg_offer, &got, deadline,
+                                    with_peer(q), wire::parse_reg_offer);
           if (got.size() != 1 || offer.alloc_id != id) {
             for (int f : got) ::close(f);
             raise(errc::mismatch, "alloc: rank " + std::to_string(q) + " is at a different allocation (calls to alloc must match on every rank)");
           }
           fds[static_cast<std::size_t>(q)] = got[0];
           sizes[static_cast<std::size_t>(q)] = offer.bytes;
+          check_freed(q, offer.freed);
+          freed[static_cast<std::size_t>(q)] = std::move(offer.freed);
         }
-        const auto table = wire::encode_reg_table(wire::reg_table{id, sizes});
+        const auto table = wire::encode_reg_table(wire::reg_table{id, sizes, freed});
         for (int q = 1; q < n; ++q) {
           std::vector<int> pass;
           for (int k = 0; k < n; ++k) if (k != q) pass.push_back(fds[static_cast<std::size_t>(k)]);
           send_all(p.sockets[static_cast<std::size_t>(q)].get(), table, pass, deadline, with_peer(q));
         }
       } else {
-        send_all(p.sockets[0].get(), wire::encode_reg_offer(wire::reg_offer{id, mine.size()}), {mine.fd()}, deadline, with_peer(0));
+        send_all(p.sockets[0].get(), wire::encode_reg_offer(wire::reg_offer{id, mine.size(), freed[static_cast<std::size_t>(r)]}),
+                 {mine.fd()}, deadline, with_peer(0));
         std::vector<int> got;
-        const auto t = recv_message(p.sockets[0].get(), wire::msg_type::reg_table, &got, deadline, with_peer(0), wire::parse_reg_table);
-        if (t.alloc_id != id || t.bytes.size() != static_cast<std::size_t>(n) || got.size() != static_cast<std::size_t>(n - 1)) {
+        auto t = recv_message(p.sockets[0].get(), wire::msg_type::reg_table, &got, deadline, with_peer(0), wire::parse_reg_table);
+        if (t.alloc_id != id || t.bytes.size() != static_cast<std::size_t>(n) || got.size() != static_cast<std::size_t>(n - 1) ||
+            t.freed[static_cast<std::size_t>(r)] != freed[static_cast<std::size_t>(r)]) {
           for (int f : got) ::close(f);
           raise(errc::protocol, "alloc: rank 0 sent a registration table that does not match this allocation");
         }
         std::size_t k = 0;
         for (int q = 0; q < n; ++q) if (q != r) fds[static_cast<std::size_t>(q)] = got[k++];
         sizes = t.bytes;
+        for (int q = 0; q < n; ++q) if (q != r) check_freed(q, t.freed[static_cast<std::size_t>(q)]);
+        freed = std::move(t.freed);
       }
     } catch (...) {
       close_all();
       throw;
     }
+    // The peers' freed buffers: unmapped here, between this rank's calls (see alloc).
+    for (int q = 0; q < n; ++q)
+      if (q != r)
+        for (std::uint64_t f : freed[static_cast<std::size_t>(q)]) p.reg->drop_peer(f, q);
     std::vector<host::mapped_memory> maps(static_cast<std::size_t>(n));
     try {
       for (int q = 0; q < n; ++q) {

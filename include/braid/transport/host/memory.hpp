@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -29,6 +30,17 @@ public:
   std::byte* data() const { return static_cast<std::byte*>(base_); }
   std::size_t size() const { return bytes_; }
   int fd() const { return fd_; }
+  // Gives the pages of a memfd-backed mapping back to the system now, keeping the file's size: every
+  // mapping of the memfd, in every process, stays valid and reads zeros from then on (a read-only
+  // mapping that touches a page again gets a fresh zero page; nothing raises SIGBUS, the size is
+  // unchanged). fallocate(PUNCH_HOLE) on the descriptor, else madvise(MADV_REMOVE) on the mapping
+  // (the same operation for shmem); both unmap the pages from every process's page tables. Errors are
+  // ignored: the pages then come back when the last mapping goes, as before.
+  void release_pages() noexcept {
+    if (!base_ || !bytes_) return;
+    if (fd_ >= 0 && ::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(bytes_)) == 0) return;
+    (void)::madvise(base_, bytes_, MADV_REMOVE);
+  }
   void reset() {
     if (base_) ::munmap(base_, bytes_);
     if (fd_ >= 0) ::close(fd_);

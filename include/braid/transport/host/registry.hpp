@@ -4,11 +4,18 @@
 // maps it read-only. A rank whose input lies inside one of its registered buffers publishes a
 // descriptor (allocation id and byte offset) instead of staging a copy, and peers read the buffer in
 // place. Descriptors: bit 63 set, allocation id in bits 40..62, byte offset in bits 0..39.
+//
+// Freeing (issue 18): the owner releases a freed buffer's pages at once (buffer::release punches them
+// out of the memfd) and remembers its id here; its next alloc tells every peer, which then unmaps its
+// copy (drop_peer). So the pages come back when the buffer is freed, and a peer holds at most the
+// mappings of live buffers plus those freed since the owner's last alloc.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "../../core/error.hpp"
@@ -27,20 +34,61 @@ public:
     std::lock_guard<std::mutex> g(m_);
     own_.push_back({id, static_cast<const std::byte*>(base), bytes});
   }
+  // The owner freed buffer `id` (any thread, also after the communicator is gone): it is no longer
+  // described to peers, and the next alloc announces it (take_freed).
   void remove_own(std::uint64_t id) {
     std::lock_guard<std::mutex> g(m_);
     for (std::size_t i = 0; i < own_.size(); ++i)
       if (own_[i].id == id) {
         own_[i] = own_.back();
         own_.pop_back();
+        freed_.push_back(id);
         return;
       }
   }
-  // Peers' mappings of allocation `id` (index: rank; this rank's own entry stays empty).
+  // Up to `max` of the ids freed since the last call, smallest first; the rest wait for the next one.
+  std::vector<std::uint64_t> take_freed(std::size_t max) {
+    std::lock_guard<std::mutex> g(m_);
+    std::sort(freed_.begin(), freed_.end());
+    const std::size_t k = std::min(max, freed_.size());
+    std::vector<std::uint64_t> out(freed_.begin(), freed_.begin() + static_cast<std::ptrdiff_t>(k));
+    freed_.erase(freed_.begin(), freed_.begin() + static_cast<std::ptrdiff_t>(k));
+    return out;
+  }
+
+  // Peers' mappings of allocation `id` (index: rank; this rank's own entry stays empty). The
+  // mappings are added and dropped only inside this communicator's alloc and close, on the thread
+  // that holds the communicator, the same thread that reads through them (resolve, in collectives).
   void set_peers(std::uint64_t id, std::vector<mapped_memory> maps) {
     std::lock_guard<std::mutex> g(m_);
-    if (peers_.size() <= id) peers_.resize(id + 1);
     peers_[id] = std::move(maps);
+  }
+  bool maps_peer(std::uint64_t id, int peer) const {
+    std::lock_guard<std::mutex> g(m_);
+    const auto it = peers_.find(id);
+    return it != peers_.end() && peer >= 0 && static_cast<std::size_t>(peer) < it->second.size() &&
+           it->second[static_cast<std::size_t>(peer)].data() != nullptr;
+  }
+  // Unmaps peer's buffer of allocation `id` (peer freed it).
+  void drop_peer(std::uint64_t id, int peer) {
+    std::lock_guard<std::mutex> g(m_);
+    const auto it = peers_.find(id);
+    if (it == peers_.end() || peer < 0 || static_cast<std::size_t>(peer) >= it->second.size()) return;
+    it->second[static_cast<std::size_t>(peer)].reset();
+    if (std::none_of(it->second.begin(), it->second.end(), [](const mapped_memory& m) { return m.data() != nullptr; }))
+      peers_.erase(it);
+  }
+  // Unmaps every peer buffer (the communicator is closed: nothing reads them any more).
+  void drop_peers() noexcept {
+    std::lock_guard<std::mutex> g(m_);
+    peers_.clear();
+  }
+  std::size_t peer_mappings() const {
+    std::lock_guard<std::mutex> g(m_);
+    std::size_t k = 0;
+    for (const auto& [id, maps] : peers_)
+      for (const auto& m : maps) k += m.data() != nullptr;
+    return k;
   }
 
   // Descriptor of [p, p + bytes) if it lies inside a live registered buffer of this rank, else 0.
@@ -54,12 +102,14 @@ public:
   }
 
   // Where peer's descriptor points in this process.
+  // Unlocked: peers_ changes only on this thread (see set_peers).
   const std::byte* resolve(int peer, std::uint64_t desc) const {
     const std::uint64_t id = (desc & ~flag) >> 40, off = desc & offset_mask;
-    if (!(desc & flag) || id >= peers_.size() || peer < 0 || static_cast<std::size_t>(peer) >= peers_[id].size() ||
-        !peers_[id][static_cast<std::size_t>(peer)].data() || off >= peers_[id][static_cast<std::size_t>(peer)].size())
+    const auto it = (desc & flag) ? peers_.find(id) : peers_.end();
+    if (it == peers_.end() || peer < 0 || static_cast<std::size_t>(peer) >= it->second.size() ||
+        !it->second[static_cast<std::size_t>(peer)].data() || off >= it->second[static_cast<std::size_t>(peer)].size())
       raise(errc::protocol, "rank " + std::to_string(peer) + " published an input descriptor that names no buffer registered with this communicator");
-    return peers_[id][static_cast<std::size_t>(peer)].data() + off;
+    return it->second[static_cast<std::size_t>(peer)].data() + off;
   }
 
 private:
@@ -70,7 +120,8 @@ private:
   };
   mutable std::mutex m_;
   std::vector<own_entry> own_;
-  std::vector<std::vector<mapped_memory>> peers_;
+  std::vector<std::uint64_t> freed_; // freed own ids not yet announced to the peers
+  std::unordered_map<std::uint64_t, std::vector<mapped_memory>> peers_;
   std::uint64_t last_id_ = 0;
 };
 
