@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <optional>
@@ -824,6 +825,8 @@ struct intruder_record {
   int code = -1;               // errc the intruder's join raised; 0 = it was admitted
   double seconds = 0;
   int dropped = -1;            // foreign client: 1 if rank 0 closed the connection
+  int rank = -2, peer = -2;    // the context of the intruder's error (issue 18: who and where)
+  char collective[32] = {};
 };
 } // namespace
 
@@ -897,6 +900,9 @@ void run_intruder(intruder kind) {
         rec->code = 0; // admitted
       } catch (const braid::error& e) {
         rec->code = static_cast<int>(e.code());
+        rec->rank = e.rank();
+        rec->peer = e.peer();
+        std::snprintf(rec->collective, sizeof rec->collective, "%.*s", static_cast<int>(e.collective().size()), e.collective().data());
       }
     }
     rec->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -922,6 +928,11 @@ void run_intruder(intruder kind) {
     CHECK(rec->dropped == 1);
     break;
   }
+  if (kind != intruder::foreign_client) { // every join error says who and where: rank 1, its join, rank 0
+    CHECK(rec->rank == 1);
+    CHECK(std::string(rec->collective) == "rendezvous");
+    CHECK(rec->peer == 0);
+  }
   release_shared(rec);
 }
 } // namespace
@@ -937,6 +948,69 @@ TEST_CASE("rendezvous: a rank with the right id but another size is not admitted
 
 TEST_CASE("rendezvous: a foreign client that sends garbage is dropped; the real ranks complete") {
   run_intruder(intruder::foreign_client);
+}
+
+// Issue 18: every error says who and where. A second rank 0 for one id is refused at bind(), which
+// raised with no context before (rank -1, no collective); the join now names rank 0 and "rendezvous".
+TEST_CASE("rendezvous: a second rank 0 for the same id is refused, naming this rank and the rendezvous") {
+  const braid::unique_id id = braid::unique_id::generate();
+  std::atomic<int> first_code{-1};
+  std::thread first([&] { // waits for a rank 1 that never comes: a timeout after 2 s
+    try {
+      (void)braid::communicator::join(id, 0, 2, braid::options{}.with_timeout(2s));
+      first_code = 0;
+    } catch (const braid::error& e) {
+      first_code = static_cast<int>(e.code());
+    }
+  });
+  std::this_thread::sleep_for(300ms); // the first rank 0 is listening by now
+  try {
+    (void)braid::communicator::join(id, 0, 2, braid::options{}.with_timeout(1s));
+    FAIL("a second rank 0 joined");
+  } catch (const braid::error& e) {
+    CHECK(e.code() == errc::invalid_usage);
+    CHECK_MESSAGE(e.rank() == 0, e.what());
+    CHECK_MESSAGE(e.collective() == "rendezvous", e.what());
+    CHECK(std::string(e.what()).find("another rank 0 is already using this unique id") != std::string::npos);
+  }
+  first.join();
+  CHECK(first_code == static_cast<int>(errc::timeout));
+}
+
+// The communicator completes the context of an error raised below it (guarded(), join): what the
+// error knows stays, what it leaves unknown comes from the call; code, message, errno and call stay.
+TEST_CASE("error context: raise_in_context fills only what the error leaves unknown") {
+  const braid::error_context call{2, "alloc", 9, -1};
+  auto caught = [](auto f) -> braid::error {
+    try {
+      f();
+    } catch (const braid::error& e) {
+      return e;
+    }
+    FAIL("nothing raised");
+    return braid::error(errc::internal, "unreachable");
+  };
+  const braid::error bare(errc::system, "boom", braid::error_context{-1, nullptr, 0, 5}, "recvmsg", "f.cpp", 12, 104);
+  const braid::error full = caught([&] { braid::detail::raise_in_context(bare, call); });
+  CHECK(full.code() == errc::system);
+  CHECK_THROWS_AS(braid::detail::raise_in_context(bare, call), braid::system_error); // the code's class
+  CHECK(full.rank() == 2);
+  CHECK(full.collective() == "alloc");
+  CHECK(full.sequence() == 9);
+  CHECK(full.peer() == 5); // the error's own peer stays
+  CHECK(full.sys_errno() == 104);
+  CHECK(full.message() == "boom");
+  CHECK(std::string(full.what()) == "braid: system error [rank 2, alloc #9, peer 5]: boom (in recvmsg at f.cpp:12)");
+  const braid::error known(errc::protocol, "x", braid::error_context{1, "rendezvous", 0, 0});
+  const braid::error kept = caught([&] { braid::detail::raise_in_context(known, call); });
+  CHECK(kept.rank() == 1);
+  CHECK(kept.collective() == "rendezvous");
+  const braid::error replaced = caught([&] { braid::detail::raise_in_context(known, call, true); });
+  CHECK(replaced.rank() == 1);
+  CHECK(replaced.collective() == "alloc");
+  CHECK(replaced.sequence() == 9);
+  CHECK_FALSE(braid::detail::lacks_context(full));
+  CHECK(braid::detail::lacks_context(bare));
 }
 
 TEST_CASE("rendezvous: join with a bad rank or size raises invalid_argument") {

@@ -337,7 +337,7 @@ private:
       for (std::uint64_t f : ids)
         if (!p.reg->maps_peer(f, q))
           raise(errc::protocol, "alloc: rank " + std::to_string(q) + " announced freeing allocation " + std::to_string(f) +
-                                    ", which is not a buffer of that rank mapped here");
+                                    ", which is not a buffer of that rank mapped here", with_peer(q));
     };
     sizes[static_cast<std::size_t>(r)] = mine.size();
     fds[static_cast<std::size_t>(r)] = mine.fd();
@@ -349,7 +349,8 @@ private:
                                     with_peer(q), wire::parse_reg_offer);
           if (got.size() != 1 || offer.alloc_id != id) {
             for (int f : got) ::close(f);
-            raise(errc::mismatch, "alloc: rank " + std::to_string(q) + " is at a different allocation (calls to alloc must match on every rank)");
+            raise(errc::mismatch, "alloc: rank " + std::to_string(q) + " is at a different allocation (calls to alloc must match on every rank)",
+                  with_peer(q));
           }
           fds[static_cast<std::size_t>(q)] = got[0];
           sizes[static_cast<std::size_t>(q)] = offer.bytes;
@@ -370,7 +371,7 @@ private:
         if (t.alloc_id != id || t.bytes.size() != static_cast<std::size_t>(n) || got.size() != static_cast<std::size_t>(n - 1) ||
             t.freed[static_cast<std::size_t>(r)] != freed[static_cast<std::size_t>(r)]) {
           for (int f : got) ::close(f);
-          raise(errc::protocol, "alloc: rank 0 sent a registration table that does not match this allocation");
+          raise(errc::protocol, "alloc: rank 0 sent a registration table that does not match this allocation", with_peer(0));
         }
         std::size_t k = 0;
         for (int q = 0; q < n; ++q) if (q != r) fds[static_cast<std::size_t>(q)] = got[k++];
@@ -453,6 +454,16 @@ private:
     try {
       f();
     } catch (const error& e) {
+      // Raised below the communicator without its context (a registry, a message check): it gets
+      // this rank, the call and its sequence number here, so that every error says who and where.
+      if (detail::lacks_context(e)) {
+        try {
+          detail::raise_in_context(e, p.cx.ctx);
+        } catch (const error& full) {
+          poison(full.code(), full.what());
+          throw;
+        }
+      }
       poison(e.code(), e.what());
       throw;
     } catch (const std::exception& e) {
@@ -720,40 +731,52 @@ inline communicator communicator::join(const unique_id& id, int rank, int nranks
     host::segment_view{mem->data(), layout}.initialize();
     return make(std::move(mem), layout, 0, 1, host::rank_mode::processes, opts);
   }
-  const std::uint64_t half = opts.staging_bytes / 2, p2p = opts.p2p_bytes;
-  auto res = host::rendezvous(id, rank, nranks, half, p2p,
-                              [&](int n) { return host::segment_layout::make(static_cast<std::uint32_t>(n), half, p2p).total; },
-                              [&](std::byte* base) {
-                                host::segment_view{base, host::segment_layout::make(static_cast<std::uint32_t>(nranks), half, p2p)}.initialize();
-                              },
-                              opts.timeout);
-  const auto layout = host::segment_layout::make(static_cast<std::uint32_t>(nranks), res.half_bytes, res.p2p_bytes);
-  if (layout.total != res.segment.size()) raise(errc::protocol, "shared segment size does not match its layout");
-  if (!res.created) {
-    const auto& h = *reinterpret_cast<const host::segment_header*>(res.segment.data());
-    if (h.magic != host::segment_magic || h.version != host::segment_version || h.nranks != static_cast<std::uint32_t>(nranks))
-      raise(errc::protocol, "shared segment header is not a braid segment of this size");
+  // Every error of a join names this rank and the collective "rendezvous"; a joining rank's only
+  // peer is rank 0. The joining barrier is part of the join, not a call of the user's.
+  const error_context in_join{rank, "rendezvous", 0, rank == 0 ? -1 : 0};
+  try {
+    const std::uint64_t half = opts.staging_bytes / 2, p2p = opts.p2p_bytes;
+    auto res = host::rendezvous(id, rank, nranks, half, p2p,
+                                [&](int n) { return host::segment_layout::make(static_cast<std::uint32_t>(n), half, p2p).total; },
+                                [&](std::byte* base) {
+                                  host::segment_view{base, host::segment_layout::make(static_cast<std::uint32_t>(nranks), half, p2p)}.initialize();
+                                },
+                                opts.timeout);
+    const auto layout = host::segment_layout::make(static_cast<std::uint32_t>(nranks), res.half_bytes, res.p2p_bytes);
+    if (layout.total != res.segment.size()) raise(errc::protocol, "shared segment size does not match its layout");
+    if (!res.created) {
+      const auto& h = *reinterpret_cast<const host::segment_header*>(res.segment.data());
+      if (h.magic != host::segment_magic || h.version != host::segment_version || h.nranks != static_cast<std::uint32_t>(nranks))
+        raise(errc::protocol, "shared segment header is not a braid segment of this size");
+    }
+    auto mem = std::make_shared<host::mapped_memory>(std::move(res.segment));
+    communicator c = make(std::move(mem), layout, rank, nranks, host::rank_mode::processes, opts);
+    impl& p = *c.p_;
+    p.sockets = std::move(res.sockets);
+    p.reg = std::make_shared<host::registry>();
+    p.cx.reg = p.reg.get();
+    p.cx.peer_pid = res.pids;
+    p.cx.peer_pidfd.assign(static_cast<std::size_t>(nranks), -1);
+    for (int q = 0; q < nranks; ++q)
+      if (q != rank && res.pids[static_cast<std::size_t>(q)] > 0)
+        p.cx.peer_pidfd[static_cast<std::size_t>(q)] =
+            static_cast<int>(::syscall(SYS_pidfd_open, res.pids[static_cast<std::size_t>(q)], 0));
+    // Everyone is attached once every rank passed this barrier; only then may a rank's exit be an error.
+    const bool debug = p.opts.debug;
+    p.opts.debug = false; // the joining barrier is not one of the user's calls: no fingerprint, no number
+    try {
+      c.barrier();
+    } catch (const error& e) {
+      detail::raise_in_context(e, error_context{rank, "rendezvous", 0, -1}, true);
+    }
+    p.opts.debug = debug;
+    p.seq = 0;
+    p.collectives = 0;
+    return c;
+  } catch (const error& e) {
+    if (!detail::lacks_context(e)) throw;
+    detail::raise_in_context(e, in_join);
   }
-  auto mem = std::make_shared<host::mapped_memory>(std::move(res.segment));
-  communicator c = make(std::move(mem), layout, rank, nranks, host::rank_mode::processes, opts);
-  impl& p = *c.p_;
-  p.sockets = std::move(res.sockets);
-  p.reg = std::make_shared<host::registry>();
-  p.cx.reg = p.reg.get();
-  p.cx.peer_pid = res.pids;
-  p.cx.peer_pidfd.assign(static_cast<std::size_t>(nranks), -1);
-  for (int q = 0; q < nranks; ++q)
-    if (q != rank && res.pids[static_cast<std::size_t>(q)] > 0)
-      p.cx.peer_pidfd[static_cast<std::size_t>(q)] =
-          static_cast<int>(::syscall(SYS_pidfd_open, res.pids[static_cast<std::size_t>(q)], 0));
-  // Everyone is attached once every rank passed this barrier; only then may a rank's exit be an error.
-  const bool debug = p.opts.debug;
-  p.opts.debug = false; // the joining barrier is not one of the user's calls: no fingerprint, no number
-  c.barrier();
-  p.opts.debug = debug;
-  p.seq = 0;
-  p.collectives = 0;
-  return c;
 }
 
 } // namespace braid

@@ -158,6 +158,21 @@ BRAID_DEFINE_ERROR(internal_error, errc::internal)
 }
 
 namespace detail {
+// Raises `e` again with its context completed from `c`: the rank, the collective (with its sequence
+// number) and the peer that `e` leaves unknown; what `e` knows stays. With `replace_collective`,
+// `c`'s collective and sequence number replace `e`'s (an internal call reported as its caller).
+[[noreturn]] inline void raise_in_context(const error& e, const error_context& c, bool replace_collective = false) {
+  error_context x = e.context();
+  if (x.rank < 0) x.rank = c.rank;
+  if (!x.collective || replace_collective) {
+    x.collective = c.collective;
+    x.seq = c.seq;
+  }
+  if (x.peer < 0) x.peer = c.peer;
+  raise(e.code(), e.message(), x, e.call(), e.file(), e.line(), e.sys_errno());
+}
+inline bool lacks_context(const error& e) noexcept { return e.rank() < 0 || e.collective().empty(); }
+
 [[noreturn]] inline void raise_errno(const char* call, const char* file, int line, int e,
                                      const error_context& ctx = {}) {
   raise(errc::system, std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")", ctx, call,

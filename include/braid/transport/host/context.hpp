@@ -116,7 +116,11 @@ public:
   // Start of peer's input for the current round, given the descriptor it published (non-zero).
   const std::byte* resolve_input(int peer, std::uint64_t desc) const {
     if (mode == rank_mode::threads) return reinterpret_cast<const std::byte*>(desc);
-    if (!reg) raise(errc::protocol, "a peer published a registered-buffer descriptor but this rank has no registry");
+    if (!reg) {
+      error_context c = ctx;
+      c.peer = peer;
+      raise(errc::protocol, "rank " + std::to_string(peer) + " published a registered-buffer descriptor but this rank has no registry", c);
+    }
     return reg->resolve(peer, desc);
   }
 

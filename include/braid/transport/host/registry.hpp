@@ -108,7 +108,8 @@ public:
     const auto it = (desc & flag) ? peers_.find(id) : peers_.end();
     if (it == peers_.end() || peer < 0 || static_cast<std::size_t>(peer) >= it->second.size() ||
         !it->second[static_cast<std::size_t>(peer)].data() || off >= it->second[static_cast<std::size_t>(peer)].size())
-      raise(errc::protocol, "rank " + std::to_string(peer) + " published an input descriptor that names no buffer registered with this communicator");
+      raise(errc::protocol, "rank " + std::to_string(peer) + " published an input descriptor that names no buffer registered with this communicator",
+            error_context{-1, nullptr, 0, peer}); // the communicator adds this rank and the call
     return it->second[static_cast<std::size_t>(peer)].data() + off;
   }
 
