@@ -1,7 +1,8 @@
 // tests/headers/cuda_calls.cu — what a user's translation unit does with <braid/cuda.cuh>: every
 // collective of both CUDA communicators, for float, double, half, bfloat16 and fp8 and several
 // operators, so that their host paths and kernels are instantiated. tests/headers/other_toolkit.sh
-// compiles it (-c, sm_90) with toolchains other than the build's; it is never linked or run.
+// compiles it (-c, sm_90) with toolchains other than the build's, and header_check_cuda with the build's
+// nvcc under the strict warning set; it is never linked or run.
 #include <braid/cuda.cuh>
 
 namespace braid_header_check {

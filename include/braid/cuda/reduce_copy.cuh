@@ -29,6 +29,7 @@
 // source of an element before it writes the element.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -124,7 +125,7 @@ BRAID_DEVICE void copy_bytes(const unsigned char* s, unsigned char* d, unsigned 
 // ---- reduction --------------------------------------------------------------------------------------
 
 // E elements of T: one 16-byte access (16 / sizeof(T) elements), or one element accessed as T.
-template <class T, int E> struct pack_io {
+template <class T, std::size_t E> struct pack_io {
   static_assert(E * sizeof(T) == 16);
   using type = gpu::bytes<16>;
   BRAID_DEVICE static type load(const T* p) { return gpu::load_global<16>(p); }
@@ -156,10 +157,10 @@ template <class T, class Op> struct reduce_args {
 };
 
 // acc (op)= the E elements of x.
-template <class A, class T, int E, class Op>
+template <class A, class T, std::size_t E, class Op>
 BRAID_DEVICE void accumulate(A (&acc)[E], const T (&x)[E], const Op& op) {
   BRAID_UNROLL
-  for (int j = 0; j < E; ++j) acc[j] = op(acc[j], static_cast<A>(x[j]));
+  for (std::size_t j = 0; j < E; ++j) acc[j] = op(acc[j], static_cast<A>(x[j]));
 }
 
 // Packs [0, npacks) of E elements, U per thread per iteration (the last iteration as in copy_words).

@@ -21,7 +21,7 @@ struct p2p_state {
 
 class p2p_piece_plan {
 public:
-  p2p_piece_plan(std::uint64_t total, std::uint64_t half) : total_(total), half_(half) {}
+  p2p_piece_plan(std::uint64_t total, std::uint64_t half_bytes) : total_(total), half_(half_bytes) {}
   std::uint64_t pieces() const { return total_ == 0 ? 0 : (total_ + half_ - 1) / half_; }
   std::uint64_t offset(std::uint64_t i) const { return i * half_; }
   std::uint64_t size(std::uint64_t i) const { return total_ - i * half_ < half_ ? total_ - i * half_ : half_; }
