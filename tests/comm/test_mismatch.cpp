@@ -506,11 +506,12 @@ void follow_up(communicator& c) {
   c.all_reduce(std::span<float>(v));
 }
 
-void run_one(communicator& c, coll_kind k, what_differs w, source src, seen& s, keeper& keep) {
+// Step 0: `first` (the mismatched call); steps 1 and 2: follow_up. Records the first error in s.
+template <class F> void run_steps(communicator& c, seen& s, F first) {
   const auto t0 = clock_type::now();
   for (int step = 0; step < 3 && s.code == 0; ++step) {
     try {
-      if (step == 0) mismatched_call(c, k, w, src, keep);
+      if (step == 0) first();
       else follow_up(c);
     } catch (const braid::error& e) {
       s.code = static_cast<int>(e.code());
@@ -519,6 +520,10 @@ void run_one(communicator& c, coll_kind k, what_differs w, source src, seen& s, 
     }
   }
   s.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+void run_one(communicator& c, coll_kind k, what_differs w, source src, seen& s, keeper& keep) {
+  run_steps(c, s, [&] { mismatched_call(c, k, w, src, keep); });
 }
 
 std::vector<what_differs> kinds_for(coll_kind k) {
@@ -654,19 +659,8 @@ TEST_CASE("mismatch outside debug mode: mismatched counts under every algorithm 
           braid::run_threads(n, [&](communicator& c) {
             keeper keep;
             const std::size_t count = c.rank() == c.size() - 1 ? base_count * 6 / 5 : base_count;
-            seen& s = v[static_cast<std::size_t>(c.rank())];
-            const auto t0 = clock_type::now();
-            for (int step = 0; step < 3 && s.code == 0; ++step) {
-              try {
-                if (step == 0) one_call<float>(c, k, count, 0, false, source::ordinary, keep, co);
-                else follow_up(c);
-              } catch (const braid::error& e) {
-                s.code = static_cast<int>(e.code());
-                s.where = step;
-                std::snprintf(s.what, sizeof(s.what), "%s", e.what());
-              }
-            }
-            s.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+            run_steps(c, v[static_cast<std::size_t>(c.rank())],
+                      [&] { one_call<float>(c, k, count, 0, false, source::ordinary, keep, co); });
             done.arrive_and_wait();
           }, call_word_options(zero_copy));
           std::string where;
@@ -680,20 +674,8 @@ TEST_CASE("mismatch outside debug mode: mismatched counts under every algorithm 
       const auto status = braid::testing::fork_ranks(3, [&](int rank, const braid::unique_id& id) {
         communicator c = communicator::join(id, rank, 3, call_word_options(false));
         keeper keep;
-        seen& s = v[rank];
         const std::size_t count = rank == 2 ? base_count * 6 / 5 : base_count;
-        const auto t0 = clock_type::now();
-        for (int step = 0; step < 3 && s.code == 0; ++step) {
-          try {
-            if (step == 0) one_call<float>(c, k, count, 0, false, source::registered, keep, co);
-            else follow_up(c);
-          } catch (const braid::error& e) {
-            s.code = static_cast<int>(e.code());
-            s.where = step;
-            std::snprintf(s.what, sizeof(s.what), "%s", e.what());
-          }
-        }
-        s.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+        run_steps(c, v[rank], [&] { one_call<float>(c, k, count, 0, false, source::registered, keep, co); });
         return 0;
       }, 60s);
       for (int st : status) CHECK(st == 0);
