@@ -7,6 +7,21 @@
 
 namespace braid_header_check {
 
+// A user type reduced by a user operator (api.md, "Your own types"), as in type_calls.hpp.
+struct val_idx {
+  float value;
+  int index;
+};
+struct argmax {
+  BRAID_HD val_idx operator()(const val_idx& a, const val_idx& b) const {
+    return (b.value > a.value || (b.value == a.value && b.index < a.index)) ? b : a;
+  }
+};
+void user_type_calls(braid::cuda::communicator& c, braid::cuda::process_communicator& p, cudaStream_t s, val_idx* v) {
+  c.all_reduce(v, v, 1, argmax{}, s);
+  p.all_reduce(v, v, 1, argmax{}, s);
+}
+
 void calls(braid::cuda::communicator& c, braid::cuda::process_communicator& p, cudaStream_t s, float* f, double* d,
            braid::half* h, braid::bfloat16* b, braid::fp8_e4m3* e) {
   c.all_reduce(f, f, 1, braid::sum{}, s);            // every all_reduce schedule
