@@ -588,7 +588,8 @@ int run_cuda_procs(const config& cfg, std::chrono::nanoseconds timeout, bool ncc
           gp::comm_options co;
           co.timeout = timeout;
           c = gp::connect(std::move(host), r % ndev, co);
-          what = "braid process_communicator, staging " + std::to_string(gp::memory_bytes(*c)) + " bytes of device memory per rank";
+          what = "braid process_communicator, " + gp::describe(*c) + ", staging " + std::to_string(gp::memory_bytes(*c)) +
+                 " bytes of device memory per rank";
           time_one = [&](std::uint64_t k, bool ip) { return gp::time_all_reduce(*c, k, cfg.warmup, cfg.iters, ip); };
           check_one = [&](std::uint64_t k, bool ip) { return gp::check_all_reduce(*c, k, ip); };
           max_all = [&](double v) { return gp::max_over_ranks(*c, v); };

@@ -44,6 +44,7 @@ std::shared_ptr<comm> connect(braid::communicator host, int device, const comm_o
   if (o.timeout.count() > 0) po.base.with_timeout(o.timeout);
   if (o.reduce_blocks > 0) po.reduce_blocks = o.reduce_blocks;
   if (o.threads > 0) po.threads = o.threads;
+  po.path = static_cast<braid::cuda::process_path>(o.path);
   auto c = std::make_shared<comm>();
   c->pc = braid::cuda::process_communicator(std::move(host), device, po);
   BRAID_CUDA_CHECK(cudaSetDevice(c->pc.device()));
@@ -70,6 +71,51 @@ template <class T, class Op> void run_typed(comm& c, const gpu_test::call& k, Op
 } // namespace
 
 void run(comm& c, const gpu_test::call& k) {
+  enqueue(c, k);
+  if (c.pc.path() == braid::cuda::process_path::device) finish(c);
+}
+
+bool stream_busy(comm& c) {
+  const cudaError_t e = cudaStreamQuery(c.stream);
+  if (e == cudaErrorNotReady) return true;
+  BRAID_CUDA_CHECK(e);
+  return false;
+}
+void finish(comm& c) {
+  BRAID_CUDA_CHECK(cudaStreamSynchronize(c.stream));
+  c.pc.check();
+}
+int path_of(const comm& c) { return c.pc.path() == braid::cuda::process_path::device ? 2 : 1; }
+std::string describe(const comm& c) { return c.pc.describe(); }
+
+struct graph {
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t exec = nullptr;
+};
+void* capture(comm& c, const gpu_test::call& k) {
+  auto gr = std::make_unique<graph>();
+  BRAID_CUDA_CHECK(cudaStreamBeginCapture(c.stream, cudaStreamCaptureModeGlobal));
+  try {
+    enqueue(c, k);
+  } catch (...) {
+    cudaStreamEndCapture(c.stream, &gr->g);
+    if (gr->g) cudaGraphDestroy(gr->g);
+    throw;
+  }
+  BRAID_CUDA_CHECK(cudaStreamEndCapture(c.stream, &gr->g));
+  BRAID_CUDA_CHECK(cudaGraphInstantiate(&gr->exec, gr->g, 0));
+  return gr.release();
+}
+void replay(comm& c, void* g) { BRAID_CUDA_CHECK(cudaGraphLaunch(static_cast<graph*>(g)->exec, c.stream)); }
+void destroy_graph(void* g) noexcept {
+  auto* gr = static_cast<graph*>(g);
+  if (!gr) return;
+  if (gr->exec) cudaGraphExecDestroy(gr->exec);
+  if (gr->g) cudaGraphDestroy(gr->g);
+  delete gr;
+}
+
+void enqueue(comm& c, const gpu_test::call& k) {
   const bool reduces = k.coll == collective::all_reduce || k.coll == collective::reduce_scatter || k.coll == collective::reduce;
   if (k.op == op_kind::sum || !reduces) {
     switch (k.type) {
@@ -111,7 +157,7 @@ std::size_t open_handles(const comm& c) { return c.pc.open_handles(); }
 int device_of(const comm& c) { return c.pc.device(); }
 stats stats_of(const comm& c) {
   const auto& s = c.pc.stats();
-  return {s.calls, s.rounds, s.staged_bytes, s.copy_engine_bytes, s.direct_read_bytes};
+  return {s.calls, s.rounds, s.staged_bytes, s.copy_engine_bytes, s.direct_read_bytes, s.host_syncs};
 }
 
 void* dev_alloc(std::size_t bytes) {
@@ -335,6 +381,10 @@ double time_all_reduce(comm& c, std::size_t count, int warmup, int iters, bool i
   c.pc.barrier(c.stream);
   const auto a = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) c.pc.all_reduce(b.in, out, count, sum<>{}, c.stream);
+  // The device path returns at once: the calls are complete when the stream is (the host path's
+  // calls block, and this wait finds the stream done).
+  BRAID_CUDA_CHECK(cudaStreamSynchronize(c.stream));
+  c.pc.check();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count() / std::max(iters, 1);
 }
 
@@ -347,6 +397,8 @@ std::int64_t check_all_reduce(comm& c, std::size_t count, bool in_place) {
   float* out = in_place ? b.in : b.out;
   if (count) BRAID_CUDA_CHECK(cudaMemcpy(b.in, host.data(), count * sizeof(float), cudaMemcpyHostToDevice));
   c.pc.all_reduce(b.in, out, count, sum<>{}, c.stream);
+  BRAID_CUDA_CHECK(cudaStreamSynchronize(c.stream));
+  c.pc.check();
   if (count) BRAID_CUDA_CHECK(cudaMemcpy(host.data(), out, count * sizeof(float), cudaMemcpyDeviceToHost));
   std::int64_t wrong = 0;
   for (std::size_t i = 0; i < count; ++i)

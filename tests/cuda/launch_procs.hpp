@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "launch.hpp" // gpu_test::call
 
@@ -30,14 +31,29 @@ struct comm_options {
   std::chrono::nanoseconds timeout{0};                // 0: BRAID_TIMEOUT or 300 s
   int reduce_blocks = 0;                              // 0: default
   int threads = 0;                                    // threads per block of the reduce kernel; 0: default
+  int path = 0;                                       // 0 automatic, 1 host, 2 device (process_path)
 };
 
 // Collective over the ranks of `host`; the GPU is `device` (-1: host.rank() % device count).
 std::shared_ptr<comm> connect(braid::communicator host, int device, const comm_options& o = {});
 
 // Runs one rank's part of a collective on the communicator's stream; returns when it is complete.
-// Raises what the communicator raises.
+// Raises what the communicator raises (on the device path: also what a kernel recorded, check()).
 void run(comm& c, const gpu_test::call& call);
+// The call alone: returns when the communicator returns (on the device path: once it is enqueued).
+void enqueue(comm& c, const gpu_test::call& call);
+// Whether the communicator's stream still has work (cudaStreamQuery says not ready).
+bool stream_busy(comm& c);
+// Waits for the stream, then raises what a kernel recorded (process_communicator::check()).
+void finish(comm& c);
+// 1: host path, 2: device path (process_communicator::path()); and its describe() line.
+int path_of(const comm& c);
+std::string describe(const comm& c);
+// A CUDA graph captured from `call` on the communicator's stream (global capture mode), replayed by
+// replay() on the same stream; destroy_graph frees it.
+void* capture(comm& c, const gpu_test::call& call);
+void replay(comm& c, void* graph);
+void destroy_graph(void* graph) noexcept;
 
 int register_memory(comm& c, void* p, std::size_t bytes);
 void deregister_memory(comm& c, int id);
@@ -48,7 +64,7 @@ std::size_t open_handles(const comm& c);
 int device_of(const comm& c);
 
 struct stats {
-  std::uint64_t calls, rounds, staged_bytes, copy_engine_bytes, direct_read_bytes;
+  std::uint64_t calls, rounds, staged_bytes, copy_engine_bytes, direct_read_bytes, host_syncs;
 };
 stats stats_of(const comm& c);
 
@@ -72,8 +88,9 @@ struct overlap_result {
 };
 overlap_result measure_overlap(std::size_t bytes, int nranks, int runs);
 
-// Seconds per all_reduce of `count` floats (sum), mean over `iters` after `warmup`, wall clock (the
-// calls are blocking). Every rank calls it together.
+// Seconds per all_reduce of `count` floats (sum), mean over `iters` after `warmup`, wall clock until
+// the stream has finished them (host path: each call blocks; device path: the calls are enqueued back
+// to back, then the stream is synchronised). Every rank calls it together.
 double time_all_reduce(comm& c, std::size_t count, int warmup, int iters, bool in_place);
 // The check pattern of check_all_reduce (and of braid-bench's NCCL --procs rows): rank r's element i,
 // and the exact sum over n ranks (small integers: exact in float).

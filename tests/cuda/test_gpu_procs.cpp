@@ -175,7 +175,7 @@ sweep_result sweep(gp::comm& c, int n, int r, std::size_t large) {
 }
 
 // Which data path a sweep configuration must have taken (from the communicator's statistics).
-enum class expect_path { copy_engines, direct_reads, many_rounds };
+enum class expect_path { copy_engines, direct_reads, many_rounds, device };
 
 int run_sweep(int n, std::size_t large, const gp::comm_options& o, const char* label, expect_path want) {
   const auto st = braid::testing::fork_ranks(n, [&](int r, const braid::unique_id& id) {
@@ -186,13 +186,16 @@ int run_sweep(int n, std::size_t large, const gp::comm_options& o, const char* l
     const gp::stats s = gp::stats_of(*c);
     if (r == 0)
       std::printf("%s, %d processes: %ld cases, %ld failures on rank 0, %.1f s; %llu rounds, staged %llu B, copy engines %llu B, "
-                  "direct reads %llu B; device memory %zu B\n",
+                  "direct reads %llu B; %llu host syncs; device memory %zu B\n",
                   label, n, res.cases, res.failures,
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                   static_cast<unsigned long long>(s.rounds), static_cast<unsigned long long>(s.staged_bytes),
                   static_cast<unsigned long long>(s.copy_engine_bytes), static_cast<unsigned long long>(s.direct_read_bytes),
-                  gp::memory_bytes(*c));
-    const bool path_ok = want == expect_path::copy_engines   ? s.direct_read_bytes == 0 && s.copy_engine_bytes > 0
+                  static_cast<unsigned long long>(s.host_syncs), gp::memory_bytes(*c));
+    const bool path_ok = want == expect_path::device         ? gp::path_of(*c) == 2 && s.rounds > static_cast<std::uint64_t>(res.cases) &&
+                                                                   s.direct_read_bytes == 0 && s.copy_engine_bytes == 0 && s.host_syncs == 0
+                         : gp::path_of(*c) != 1                ? false
+                         : want == expect_path::copy_engines   ? s.direct_read_bytes == 0 && s.copy_engine_bytes > 0
                          : want == expect_path::direct_reads ? s.direct_read_bytes > 0
                                                              : s.rounds > static_cast<std::uint64_t>(res.cases) && s.direct_read_bytes > 0 &&
                                                                    s.copy_engine_bytes > 0;
@@ -231,16 +234,220 @@ TEST_CASE("reference sweep over processes (device 0, or spread by BRAID_GPU_PROC
     gp::comm_options engines;
     engines.copy_engine_min_bytes = 0;
     engines.timeout = 60s;
+    engines.path = 1; // the host path, also where the ranks are on distinct GPUs
     CHECK(run_sweep(n, large_count(), engines, "copy-engine path", expect_path::copy_engines) == 0);
     gp::comm_options direct;
     direct.copy_engine_min_bytes = std::size_t(1) << 62;
     direct.timeout = 60s;
+    direct.path = 1;
     CHECK(run_sweep(n, large_count(), direct, "direct-read path", expect_path::direct_reads) == 0);
     gp::comm_options small = engines;
     small.staging_bytes = 128 << 10; // 64 KiB halves: the large count takes dozens of rounds
     small.copy_engine_min_bytes = 4096;
     CHECK(run_sweep(n, large_count(), small, "128 KiB staging, mixed paths", expect_path::many_rounds) == 0);
   }
+}
+
+// Whether ranks 0..n-1 are each on a GPU of their own (device_for).
+bool distinct_devices(int n) {
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < a; ++b)
+      if (device_for(a) == device_for(b)) return false;
+  return true;
+}
+
+// The same sweep on the device path (process_path::device: one cooperative launch of the executor's
+// kernel per call, ranks waiting for each other in the kernel through IPC-mapped progress words).
+// Needs every rank on a GPU of its own: BRAID_GPU_PROCS_DEVICES >= the largest of
+// BRAID_GPU_PROCS_NRANKS (CTest's test_gpu_procs_emu_device); it fails, not skips, otherwise.
+TEST_CASE("device path: reference sweep over processes on distinct GPUs, many rounds") {
+  for (int n : sweep_nranks()) {
+    REQUIRE_MESSAGE(distinct_devices(n), "the device path needs " << n << " ranks on distinct GPUs: set BRAID_GPU_PROCS_DEVICES");
+    gp::comm_options o;
+    o.timeout = 60s;
+    o.path = 2;
+    o.staging_bytes = 128 << 10; // 64 KiB halves: the large count takes many rounds
+    o.reduce_blocks = 2;         // blocks per rank of the kernel (the emulator runs every thread)
+    o.threads = 64;
+    CHECK(run_sweep(n, large_count(), o, "device path, 128 KiB staging", expect_path::device) == 0);
+  }
+}
+
+// A float all_reduce of `count` elements through `c`, with rank r's input r + 1 + i % 5 written first;
+// returns the number of wrong elements (expected: the sum over n ranks).
+std::size_t all_reduce_and_count_wrong(gp::comm& c, int n, int r, float* in, float* out, std::size_t count, int salt) {
+  std::vector<float> h(count);
+  for (std::size_t i = 0; i < count; ++i) h[i] = static_cast<float>(r + 1 + static_cast<int>((i + static_cast<std::size_t>(salt)) % 5));
+  gp::to_device(in, h.data(), count * sizeof(float));
+  gp::run(c, float_all_reduce(in, out, count));
+  gp::to_host(h.data(), out, count * sizeof(float));
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < count; ++i)
+    wrong += h[i] != static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>((i + static_cast<std::size_t>(salt)) % 5));
+  return wrong;
+}
+
+std::shared_ptr<gp::comm> join_device_path(const braid::unique_id& id, int r, int n, std::chrono::nanoseconds timeout) {
+  gp::set_device(r);
+  gp::comm_options o;
+  o.timeout = timeout;
+  o.reduce_blocks = 2;
+  o.threads = 64;
+  braid::options ho = braid::options::from_env();
+  ho.timeout = timeout;
+  return gp::connect(braid::communicator::join(id, r, n, ho), r, o); // path automatic
+}
+
+TEST_CASE("device path: chosen for distinct GPUs, stream-ordered, capturable, mixed layouts keep the host path") {
+  REQUIRE_MESSAGE(g_devices >= 3, "needs 3 GPUs (the emulator's BRAID_EMU_DEVICES)");
+  // 3 processes on GPUs 0, 1, 2: the device path, chosen without being asked.
+  const int n = 3;
+  auto st = braid::testing::fork_ranks(n, [&](int r, const braid::unique_id& id) {
+    auto c = join_device_path(id, r, n, 60s);
+    if (gp::path_of(*c) != 2 || gp::describe(*c).find("device path") == std::string::npos) {
+      std::fprintf(stderr, "rank %d: path %d (%s), expected the device path\n", r, gp::path_of(*c), gp::describe(*c).c_str());
+      return 1;
+    }
+    const std::size_t count = 5000;
+    auto* in = static_cast<float*>(gp::dev_alloc(count * sizeof(float)));
+    auto* out = static_cast<float*>(gp::dev_alloc(count * sizeof(float)));
+    if (all_reduce_and_count_wrong(*c, n, r, in, out, count, 0) != 0) return 2;
+    if (gp::stats_of(*c).host_syncs != 0) return 7; // no host round trip in a call
+    // Stream-ordered: rank 2 calls 300 ms late, so rank 0's call returns while its kernel waits.
+    std::vector<float> h(count, static_cast<float>(r + 1));
+    gp::to_device(in, h.data(), count * sizeof(float));
+    gp::barrier(*c);
+    if (r == 2) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const auto t0 = std::chrono::steady_clock::now();
+    gp::enqueue(*c, float_all_reduce(in, out, count));
+    const auto returned = std::chrono::steady_clock::now() - t0;
+    const bool busy = gp::stream_busy(*c);
+    gp::finish(*c);
+    if (r == 0 && (!busy || returned > std::chrono::milliseconds(200))) {
+      std::fprintf(stderr, "rank 0: the call returned after %lld ms with the stream %s: not stream-ordered\n",
+                   static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(returned).count()), busy ? "busy" : "idle");
+      return 3;
+    }
+    gp::to_host(h.data(), out, count * sizeof(float));
+    for (float v : h)
+      if (v != 6.0f) return 4;
+    // A CUDA graph: captured once, replayed with new inputs; each replay is a new call.
+    void* g = gp::capture(*c, float_all_reduce(in, out, count));
+    for (int rep = 0; rep < 3; ++rep) {
+      std::vector<float> x(count, static_cast<float>((r + 1) * (rep + 2)));
+      gp::to_device(in, x.data(), count * sizeof(float));
+      gp::replay(*c, g);
+      gp::finish(*c);
+      gp::to_host(x.data(), out, count * sizeof(float));
+      for (float v : x)
+        if (v != static_cast<float>(6 * (rep + 2))) {
+          std::fprintf(stderr, "rank %d: replay %d gave %g, expected %d\n", r, rep, static_cast<double>(v), 6 * (rep + 2));
+          return 5;
+        }
+    }
+    gp::destroy_graph(g);
+    // Calls after the replays continue the rounds.
+    if (all_reduce_and_count_wrong(*c, n, r, in, out, count, 3) != 0) return 6;
+    gp::dev_free(in);
+    gp::dev_free(out);
+    return 0;
+  }, std::chrono::seconds(300));
+  expect_all_zero(st, "device path");
+
+  // 3 processes, two of them on GPU 0: the host path; asking for the device path is refused on
+  // every rank.
+  st = braid::testing::fork_ranks(n, [&](int r, const braid::unique_id& id) {
+    const int dev = r == 2 ? 1 : 0;
+    gp::set_device(dev);
+    gp::comm_options forced;
+    forced.path = 2;
+    try {
+      gp::connect(braid::communicator::join(id, r, n), dev, forced);
+      return 1;
+    } catch (const braid::error& e) {
+      std::printf("rank %d: %s\n", r, e.what());
+      return e.code() == errc::invalid_argument ? 0 : 2;
+    }
+  }, std::chrono::seconds(120));
+  expect_all_zero(st, "device path refused where GPUs are shared");
+  st = braid::testing::fork_ranks(n, [&](int r, const braid::unique_id& id) {
+    const int dev = r == 2 ? 1 : 0;
+    gp::set_device(dev);
+    auto c = gp::connect(braid::communicator::join(id, r, n), dev, {});
+    if (gp::path_of(*c) != 1 || gp::describe(*c).find("host path") == std::string::npos) return 3;
+    const std::size_t count = 1000;
+    auto* in = static_cast<float*>(gp::dev_alloc(count * sizeof(float)));
+    auto* out = static_cast<float*>(gp::dev_alloc(count * sizeof(float)));
+    if (all_reduce_and_count_wrong(*c, n, r, in, out, count, 1) != 0) return 4;
+    // One round of the host path's all_reduce blocks the host 5 times: stream wait, all_gather of the
+    // call descriptors, stream wait, barrier, stream wait.
+    const gp::stats st1 = gp::stats_of(*c);
+    if (st1.rounds != 1 || st1.host_syncs != 5) {
+      std::fprintf(stderr, "rank %d: host path all_reduce: %llu rounds, %llu host syncs (expected 1 and 5)\n", r,
+                   static_cast<unsigned long long>(st1.rounds), static_cast<unsigned long long>(st1.host_syncs));
+      return 5;
+    }
+    return 0;
+  }, std::chrono::seconds(120));
+  expect_all_zero(st, "mixed layout");
+}
+
+TEST_CASE("device path: an aborted rank and a killed process stop every kernel, errors within the deadline") {
+  REQUIRE_MESSAGE(g_devices >= 3, "needs 3 GPUs (the emulator's BRAID_EMU_DEVICES)");
+  const int n = 3;
+  // abort(): rank 0 never makes the call and aborts; the others' kernels, waiting for it, return at
+  // their next check, and check() raises aborted long before the 60 s deadline.
+  auto t0 = std::chrono::steady_clock::now();
+  auto st = braid::testing::fork_ranks(n, [&](int r, const braid::unique_id& id) {
+    auto c = join_device_path(id, r, n, 60s);
+    const std::size_t count = 1000;
+    void* p = gp::dev_alloc(count * sizeof(float));
+    gp::dev_fill(p, 0, count * sizeof(float));
+    if (r == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      gp::abort(*c);
+      return 0;
+    }
+    gp::enqueue(*c, float_all_reduce(p, p, count));
+    try {
+      gp::finish(*c);
+      return 1;
+    } catch (const braid::error& e) {
+      std::printf("rank %d: %s\n", r, e.what());
+      return e.code() == errc::aborted ? 0 : 2;
+    }
+  }, std::chrono::seconds(120));
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MESSAGE("device path, aborted rank: " << took << " s (deadline 60 s)");
+  expect_all_zero(st, "device path abort");
+  CHECK(took < 30);
+  // A killed process: the survivors' kernels wait for it until the deadline (3 s), record a timeout
+  // naming it, and the survivors raise it (timeout) instead of hanging.
+  t0 = std::chrono::steady_clock::now();
+  st = braid::testing::fork_ranks(n, [&](int r, const braid::unique_id& id) {
+    auto c = join_device_path(id, r, n, 3s);
+    const std::size_t count = 1000;
+    void* p = gp::dev_alloc(count * sizeof(float));
+    gp::dev_fill(p, 0, count * sizeof(float));
+    for (int i = 0;; ++i) {
+      if (r == 2 && i == 3) ::raise(SIGKILL);
+      try {
+        gp::run(*c, float_all_reduce(p, p, count));
+      } catch (const braid::error& e) {
+        std::printf("rank %d: after %d calls: %s\n", r, i, e.what());
+        const bool named = (e.code() == errc::timeout && std::strstr(e.what(), "rank 2")) || e.code() == errc::aborted ||
+                           e.code() == errc::peer_failed;
+        return named && i >= 3 ? 0 : 4;
+      }
+      if (i > 100000) return 5;
+    }
+  }, std::chrono::seconds(120));
+  took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MESSAGE("device path, killed process: " << took << " s (deadline 3 s)");
+  CHECK(st[2] == 128 + SIGKILL);
+  CHECK(st[0] == 0);
+  CHECK(st[1] == 0);
+  CHECK(took < 60);
 }
 
 TEST_CASE("a killed process makes every survivor raise within the deadline") {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include <sys/wait.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 namespace {
@@ -562,6 +563,36 @@ struct channel { // a pipe for small messages between forked processes
   } while (0)
 
 } // namespace
+
+TEST_CASE("cudaHostRegister: the caller's memory, mapped for kernels at its own address; CUDA's errors for misuse") {
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  void* m = ::mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(m != MAP_FAILED);
+  auto* words = static_cast<u64*>(m);
+  for (int i = 0; i < 64; ++i) words[i] = static_cast<u64>(i);
+  REQUIRE_EQ(cudaHostRegister(m, page, cudaHostRegisterMapped | cudaHostRegisterPortable), cudaSuccess);
+  void* d = nullptr;
+  REQUIRE_EQ(cudaHostGetDevicePointer(&d, m, 0), cudaSuccess);
+  CHECK(d == m);
+  cudaPointerAttributes at{};
+  REQUIRE_EQ(cudaPointerGetAttributes(&at, words + 3), cudaSuccess);
+  CHECK(at.type == cudaMemoryTypeHost);
+  CHECK(at.devicePointer == words + 3);
+  REQUIRE_EQ(gpu::launch(&twice_plus_one, 2u, 32u, 0, nullptr, static_cast<u64*>(d), u64{64}), cudaSuccess);
+  REQUIRE_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (int i = 0; i < 64; ++i) CHECK(words[i] == static_cast<u64>(2 * i + 1));
+  // Overlapping a registration, freeing it as if allocated, unregistering what is not registered.
+  CHECK(cudaHostRegister(static_cast<char*>(m) + 64, 64, cudaHostRegisterMapped) == cudaErrorHostMemoryAlreadyRegistered);
+  CHECK(cudaFreeHost(m) == cudaErrorInvalidValue);
+  CHECK(cudaHostRegister(m, page, 0x80) == cudaErrorInvalidValue);
+  CHECK(cudaHostUnregister(static_cast<char*>(m) + page) == cudaErrorHostMemoryNotRegistered);
+  REQUIRE_EQ(cudaHostUnregister(m), cudaSuccess);
+  CHECK(cudaHostUnregister(m) == cudaErrorHostMemoryNotRegistered);
+  // Unregistering leaves the caller's pages alone.
+  CHECK(words[5] == 11);
+  (void)cudaGetLastError();
+  ::munmap(m, 2 * page);
+}
 
 TEST_CASE("process: CUDA IPC between two real processes: open, reference counts, writes seen by the exporter") {
   channel to_importer, to_exporter;

@@ -121,40 +121,7 @@ public:
   int threads_per_block() const { return live().threads; }
 
   // Raises the error a kernel of this group recorded (timeout, abort), if any.
-  void check() const {
-    const detail::group_state& g = live();
-    auto* ab = g.abort;
-    if (!cuda_detail::abort_raised(ab)) return;
-    // The flag is raised only once a slot is claimed; wait (briefly) until one is complete.
-    const cuda_detail::device_error* rec = nullptr;
-    for (int i = 0; !(rec = cuda_detail::abort_record(ab)); ++i) {
-      if (i > 100000) raise(errc::aborted, "the group was aborted (its error record was never completed)", error_context{rank_, "cuda collective", 0, -1});
-      std::this_thread::yield();
-    }
-    const cuda_detail::device_error first = *rec;
-    error_context c{first.rank >= 0 ? first.rank : rank_, "cuda collective", 0, first.peer};
-    if (first.code == static_cast<unsigned>(errc::timeout)) {
-      // With CUDA_LAUNCH_BLOCKING=1 a launch returns only when its kernel has ended, so a thread that
-      // enqueues several ranks never launches the peers its first kernel waits for.
-      const char* lb = std::getenv("CUDA_LAUNCH_BLOCKING");
-      const std::string hint = lb && lb[0] == '1'
-                                   ? " (CUDA_LAUNCH_BLOCKING=1 is set: each launch returns only when its kernel ends, so ranks "
-                                     "enqueued by one thread cannot run together; enqueue each rank from its own thread, or unset it)"
-                                   : "";
-      raise(errc::timeout, "rank " + std::to_string(first.rank) + " waited more than the timeout for rank " +
-                               std::to_string(first.peer) + " at step " + std::to_string(first.step) + " on the " +
-                               gpu::device_kind() + hint, c);
-    }
-    if (first.code == static_cast<unsigned>(errc::invalid_usage) && first.step == -5)
-      raise(errc::invalid_usage, "the group was stopped: a call of rank " + std::to_string(first.rank) +
-                                     " could not go on (ranks of its GPU disagreed, or a bracket ended without them); "
-                                     "create a new group", c);
-    if (first.code == static_cast<unsigned>(errc::invalid_usage))
-      raise(errc::invalid_usage, "two launches of this group ran at once on rank " + std::to_string(first.rank) +
-                                     "'s GPU (a CUDA graph replayed on a stream the group's other calls are not ordered "
-                                     "with?): order them on one stream or with events; the group is stopped", c);
-    raise(errc::aborted, "the group was aborted", c);
-  }
+  void check() const { detail::raise_recorded(live().abort, rank_); }
   // Makes every kernel of the group return at its next check (within microseconds).
   void abort() {
     cuda_detail::record_failure({live().abort, cuda_detail::abort_host_slot},

@@ -50,6 +50,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -58,6 +60,8 @@
 #include <type_traits>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "../bootstrap/env.hpp"
@@ -69,6 +73,7 @@
 #include "../core/types.hpp"
 #include "check.cuh"
 #include "collectives.cuh"
+#include "communicator.cuh"
 #include "device.cuh"
 #include "ipc.cuh"
 #include "process_state.cuh"
@@ -137,6 +142,11 @@ public:
       if (device >= count) raise(errc::invalid_argument, "device " + std::to_string(device) + " does not exist", ctx);
       s.device = device;
       cuda_detail::device_guard dg(device);
+      if (choose_device_path(s, ctx)) {
+        setup_device_path(s, ctx);
+        s.host.barrier(); // nobody uses a peer's memory before every rank has mapped everyone's
+        return;
+      }
       s.half = ipc_detail::round_up(std::max<std::size_t>(o.staging_bytes / 2, 64 << 10), 4096);
       int pitch = 0;
       BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&pitch, cudaDevAttrMaxPitch, device));
@@ -173,12 +183,23 @@ public:
   }
 
   bool valid() const noexcept { return s_ != nullptr; }
+  // Which path this communicator's calls take (the same on every rank; see process_path).
+  process_path path() const { return live().dev ? process_path::device : process_path::host; }
+  // One line saying which path and why, for logs (also printed at construction under BRAID_DEBUG=1).
+  std::string describe() const { return live().description; }
+  // Device path: raises the error a kernel of the group recorded (a timeout, an abort), if any; call
+  // it after synchronising the stream, or periodically. Every call checks it too before it enqueues.
+  // Host path: nothing to check (calls raise themselves).
+  void check() const {
+    const state& s = live();
+    if (s.dev) detail::raise_recorded(s.dev->abort.rec(), s.host.rank());
+  }
   int rank() const { return live().host.rank(); }
   int size() const { return live().host.size(); }
   int device() const { return live().device; }
   // Device memory this communicator allocated (staging, both halves). The host communicator's shared
   // memory is host_memory_bytes().
-  std::size_t memory_bytes() const { return static_cast<std::size_t>(2 * live().half); }
+  std::size_t memory_bytes() const { return static_cast<std::size_t>(2 * (live().dev ? live().dev->half : live().half)); }
   std::size_t host_memory_bytes() const { return live().host.memory_bytes(); }
   // IPC handles of peers' memory this rank holds open (staging and registrations).
   std::size_t open_handles() const { return live().maps.open_handles(); }
@@ -252,6 +273,9 @@ public:
   void abort() {
     state& s = live();
     s.failed.store(true);
+    if (s.dev)
+      cuda_detail::record_failure({s.dev->abort.rec(), cuda_detail::abort_host_slot},
+                                  cuda_detail::device_error{static_cast<unsigned>(errc::aborted), s.host.rank(), -1, -1, 0});
     try {
       s.host.abort();
     } catch (...) {
@@ -266,9 +290,18 @@ public:
   void close() noexcept {
     if (!s_) return;
     state& s = *s_;
+    // A failed device path: peers' kernels may read this rank's memory until they see the abort flag
+    // (their next check). It is not freed: it stays allocated until the process exits.
+    if (s.failed.load() && s.dev) (void)s.dev->segment.release();
     if (!s.failed.load() && s.host.valid()) {
       try {
         cuda_detail::device_guard dg(s.device);
+        // Device path: this rank's kernels may still read the peers' memory (and they this rank's).
+        if (s.dev && !ipc_detail::drain_launches(*s.dev, s.opts.base.timeout)) {
+          fail_quietly(s);
+          s_.reset();
+          return;
+        }
         s.maps.close_all();
         s.host.barrier();
       } catch (...) {
@@ -312,8 +345,17 @@ private:
     const int n = s.host.size(), r = s.host.rank();
     error_context ctx{r, std::string_view(name(c)).data(), ++s.seq, -1};
     const braid::detail::call_shape sh = braid::detail::validate_call<c, T>(in, out, count, root, n, r, co.algorithm, ctx);
-    if (co.algorithm != algo::automatic && co.algorithm != algo::direct)
-      raise(errc::unsupported, "the cross-process CUDA communicator implements only the direct algorithm", ctx);
+    const bool device_algo = s.dev && c == collective::all_reduce && (co.algorithm == algo::one_shot || co.algorithm == algo::two_shot);
+    if (co.algorithm != algo::automatic && co.algorithm != algo::direct && !device_algo)
+      raise(errc::unsupported, std::string("the cross-process CUDA communicator implements only the direct algorithm") +
+                                   (s.dev ? " (and one_shot, two_shot for all_reduce on the device path)" : ""), ctx);
+    if (s.dev) {
+      guarded(s, [&] {
+        device_call<c, T>(s, in, out, count, root, op, stream, co, sh, ctx);
+        return 0;
+      });
+      return;
+    }
     cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     BRAID_CUDA_CHECK(cudaStreamIsCapturing(stream, &cap));
     if (cap != cudaStreamCaptureStatusNone)
@@ -328,6 +370,196 @@ private:
     });
   }
 
+  // The path, decided once from where the ranks are: every rank learns every rank's device and
+  // requested path (an all_gather), so the choice is the same everywhere.
+  static bool choose_device_path(state& s, const error_context& ctx) {
+    struct where {
+      std::int32_t device, asked;
+    };
+    const int n = s.host.size();
+    const std::vector<where> all = exchange(s, where{s.device, static_cast<std::int32_t>(s.opts.path)});
+    bool distinct = n > 1;
+    std::string devices;
+    for (int q = 0; q < n; ++q) {
+      const where& w = all[static_cast<std::size_t>(q)];
+      if (w.asked != all[0].asked) {
+        s.host.barrier();
+        raise(errc::mismatch, "rank " + std::to_string(q) + " asked for a different process_path than rank 0", ctx);
+      }
+      if (q) devices += ',';
+      devices += std::to_string(w.device);
+      for (int k = 0; k < q; ++k) distinct = distinct && all[static_cast<std::size_t>(k)].device != w.device;
+    }
+    const auto asked = static_cast<process_path>(all[0].asked);
+    if (asked == process_path::device && !distinct) {
+      s.host.barrier(); // every rank raises the same error from the same data: none is released by another's abort
+      raise(errc::invalid_argument, "process_path::device needs every rank on a GPU of its own (devices " + devices +
+                                        "): kernels of processes that share a GPU must not wait for each other", ctx);
+    }
+    const bool device = asked == process_path::device || (asked == process_path::automatic && distinct);
+    s.description = std::string(device ? "device path" : "host path") + " (" + std::to_string(n) + " ranks on GPUs " + devices +
+                    (asked == process_path::automatic ? (distinct ? "; each alone on its GPU)" : "; some share a GPU)") : "; asked for)");
+    if (s.opts.base.debug && s.host.rank() == 0) std::fprintf(stderr, "braid: cuda::process_communicator: %s\n", s.description.c_str());
+    return device;
+  }
+
+  // The device path's memory: a control page and two staging halves per rank in device memory,
+  // exported to every peer; a table of every rank's view, peers' through their IPC mappings; one
+  // page of shared host memory for the group's abort record, registered so kernels reach it.
+  static void setup_device_path(state& s, const error_context& ctx) {
+    using ipc_detail::u64;
+    const int n = s.host.size(), r = s.host.rank();
+    auto d = std::make_unique<ipc_detail::device_path_state>();
+    int coop = 0, sms = 0;
+    BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, s.device));
+    if (!coop) raise(errc::unsupported, "GPU " + std::to_string(s.device) + " does not support cooperative launches", ctx);
+    BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, s.device));
+    d->blocks = static_cast<unsigned>(std::max(1, std::min(sms / 2, s.opts.reduce_blocks)));
+    d->threads = static_cast<unsigned>(s.opts.threads);
+    d->half = ipc_detail::round_up(std::max<std::size_t>(s.opts.staging_bytes / 2, 64 << 10), 4096);
+    const u64 ctrl = ipc_detail::round_up(4096 + (2 * (cuda_detail::max_steps + 2) + 1) * sizeof(u64), 4096);
+    const u64 bytes = ctrl + 2 * d->half;
+    BRAID_CUDA_CHECK(cudaMalloc(&d->segment.p, bytes));
+    BRAID_CUDA_CHECK(cudaMemset(d->segment.p, 0, ctrl));
+    BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<ipc_detail::wire_region> all = exchange(s, ipc_detail::export_region(d->segment.p, bytes, s.device, ctx));
+    std::vector<cuda_detail::device_rank> views(static_cast<std::size_t>(n));
+    for (int q = 0; q < n; ++q) {
+      const auto& w = all[static_cast<std::size_t>(q)];
+      if (w.bytes != bytes)
+        raise(errc::mismatch, "rank " + std::to_string(q) + " has " + std::to_string(w.bytes) + " bytes of device-path memory, this rank " +
+                                  std::to_string(bytes) + ": every rank must use the same staging_bytes", ctx);
+      std::byte* base = q == r ? static_cast<std::byte*>(d->segment.p) : s.maps.map(q, w, s.device, ctx);
+      cuda_detail::device_rank& v = views[static_cast<std::size_t>(q)];
+      v.progress = reinterpret_cast<cuda_detail::u64*>(base);
+      v.round = reinterpret_cast<cuda_detail::u64*>(base + 128);
+      v.in_desc = reinterpret_cast<cuda_detail::u64*>(base + 256);
+      v.arrivals = reinterpret_cast<cuda_detail::u64*>(base + 4096);
+      v.half[0] = base + ctrl;
+      v.half[1] = base + ctrl + d->half;
+    }
+    BRAID_CUDA_CHECK(cudaMalloc(&d->table.p, sizeof(cuda_detail::device_rank) * views.size()));
+    BRAID_CUDA_CHECK(cudaMemcpy(d->table.p, views.data(), sizeof(cuda_detail::device_rank) * views.size(), cudaMemcpyHostToDevice));
+    // The abort record: rank 0 creates a POSIX shared memory object under a random name and tells
+    // the others; the name is removed once every rank has opened it.
+    char name[64] = {};
+    const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    int fd = -1;
+    if (r == 0) {
+      std::random_device rd;
+      std::snprintf(name, sizeof name, "/braid-cuda-%d-%08x%08x", static_cast<int>(::getpid()), rd(), rd());
+      fd = ::shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+      if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(page)) != 0) {
+        const int err = errno;
+        if (fd >= 0) ::close(fd), ::shm_unlink(name);
+        raise(errc::system, std::string("shm_open/ftruncate for the abort record: ") + std::strerror(err), ctx);
+      }
+    }
+    s.host.broadcast(reinterpret_cast<std::uint8_t*>(name), reinterpret_cast<std::uint8_t*>(name), sizeof name, 0);
+    name[sizeof name - 1] = 0;
+    if (r != 0) fd = ::shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    const int open_err = errno;
+    void* m = fd >= 0 ? ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    if (fd >= 0) ::close(fd);
+    s.host.barrier();
+    if (r == 0) ::shm_unlink(name);
+    if (m == MAP_FAILED) raise(errc::system, std::string("opening the abort record ") + name + ": " + std::strerror(open_err), ctx);
+    d->abort.p = m;
+    d->abort.bytes = page;
+    BRAID_CUDA_CHECK(cudaHostRegister(m, page, cudaHostRegisterMapped | cudaHostRegisterPortable));
+    d->abort.registered = true;
+    void* dp = nullptr;
+    BRAID_CUDA_CHECK(cudaHostGetDevicePointer(&dp, m, 0));
+    if (dp != m)
+      raise(errc::unsupported, "registered host memory has a different address on GPU " + std::to_string(s.device) +
+                                   " (the device path needs canUseHostPointerForRegisteredMem)", ctx);
+    // This rank alone on its GPU: a launch serves one rank, and the error-record slot of its kernels
+    // is 1 + rank.
+    auto set = std::make_shared<detail::device_set>();
+    set->device = s.device;
+    set->index = r;
+    set->ranks = {r};
+    set->blocks_per_rank = d->blocks;
+    set->busy = reinterpret_cast<cuda_detail::u64*>(static_cast<std::byte*>(d->segment.p) + 512);
+    set->exits = reinterpret_cast<cuda_detail::u64*>(static_cast<std::byte*>(d->segment.p) + 640);
+    set->next_seq.assign(1, 0);
+    set->last_thread.assign(1, 0);
+    set->abort = d->abort.rec();
+    BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&set->chain, cudaEventDisableTiming));
+    d->set = std::move(set);
+    BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&s.done.e, cudaEventDisableTiming)); // barrier(stream)'s wait
+    s.dev = std::move(d);
+  }
+
+  // One call on the device path: stream-ordered, no host wait. Inputs are always staged (a peer in
+  // another process cannot read this rank's buffer in place). The algorithm: all_reduce one_shot or
+  // two_shot (the CUDA tuning table; direct means one_shot), the other collectives direct.
+  template <collective c, class T, class Op>
+  void device_call(state& s, const T* in, T* out, std::size_t count, int root, const Op& op, cudaStream_t stream, call_options co,
+                   const braid::detail::call_shape& sh, const error_context& ctx) {
+    ipc_detail::device_path_state& d = *s.dev;
+    const int n = s.host.size(), r = s.host.rank();
+    detail::raise_recorded(d.abort.rec(), r);
+    s.last_stream = stream;
+    ++s.stats.calls;
+    if (count == 0) return;
+    cuda_detail::device_guard dg(s.device);
+    if (n == 1) {
+      if (sh.writes_out && !sh.in_place) copy(out, in, sh.out_n * sizeof(T), stream);
+      return;
+    }
+    const algo a = co.algorithm == algo::automatic ? choose_algorithm(cuda_tuning, c, n, static_cast<std::uint64_t>(sh.in_n) * sizeof(T))
+                                                   : co.algorithm;
+    auto go = [&](auto sched) {
+      using S = decltype(sched);
+      const std::uint64_t per = schedule::per_round<S, T>(c, n, d.half);
+      if (per == 0) raise(errc::unsupported, "staging memory too small for this schedule", ctx);
+      const std::uint32_t P = S::nchunks(c, n, schedule::pipeline_chunks<T>(std::min<std::uint64_t>(per, count)));
+      if (S::nsteps(schedule::args{c, n, r, root, P}) > cuda_detail::max_steps)
+        raise(errc::unsupported, "schedule has too many steps per round for the CUDA executor", ctx);
+      cuda_detail::launch_args la{};
+      la.ranks = static_cast<const cuda_detail::device_rank*>(d.table.p);
+      la.nranks = n;
+      la.root = root;
+      la.coll = c;
+      la.count = count;
+      la.per_round = per;
+      la.rounds = schedule::nrounds(count, per);
+      la.half_bytes = d.half;
+      la.abort = d.abort.rec();
+      la.timeout_ns = static_cast<std::uint64_t>(s.opts.base.timeout.count());
+      const cuda_detail::rank_call mine{r, in, out, 0};
+      auto kernel = &cuda_detail::collective_kernel<S, T, Op>;
+      if (!d.loaded.count(reinterpret_cast<const void*>(kernel))) {
+        cudaFuncAttributes fa{};
+        BRAID_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+        int per_sm = 0, sms = 0;
+        BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, static_cast<int>(d.threads), 0));
+        BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, s.device));
+        if (fa.maxThreadsPerBlock < static_cast<int>(d.threads) || static_cast<std::uint64_t>(per_sm) * static_cast<unsigned>(sms) < d.blocks)
+          raise(errc::unsupported, "GPU " + std::to_string(s.device) + " cannot hold " + std::to_string(d.blocks) + " blocks of " +
+                                       std::to_string(d.threads) + " threads of this collective's kernel at once: lower "
+                                       "process_options::reduce_blocks or threads", ctx);
+        d.loaded.insert(reinterpret_cast<const void*>(kernel));
+      }
+      const detail::call_signature sig{c, count, root, sizeof(T), reinterpret_cast<const void*>(kernel)};
+      const unsigned grid = d.blocks, threads = d.threads;
+      detail::arrive({}, d.set, 0, r, sig, la, mine, stream, s.opts.base.timeout, d.abort.rec(), n,
+                     [&](cudaStream_t st, const cuda_detail::launch_args& args) {
+                       return gpu::launch_cooperative(kernel, grid, threads, 0, st, args, op);
+                     });
+      ++d.launches;
+      s.stats.rounds += la.rounds;
+      if (sh.reads_in) s.stats.staged_bytes += static_cast<std::uint64_t>(sh.in_n) * sizeof(T);
+    };
+    if constexpr (c == collective::all_reduce) {
+      if (a == algo::two_shot) go(schedule::two_shot{});
+      else go(schedule::one_shot{});
+    } else {
+      go(schedule::direct{});
+    }
+  }
+
   template <collective c, class T, class Op>
   void run_rounds(state& s, const T* in, T* out, std::size_t count, int root, const Op& op, cudaStream_t stream,
                   const braid::detail::call_shape& sh, error_context& ctx) {
@@ -335,9 +567,18 @@ private:
     const int n = s.host.size(), r = s.host.rank();
     const auto un = static_cast<u64>(n);
     constexpr std::size_t E = sizeof(T);
+    // The host's blocking steps, counted (process_stats::host_syncs).
+    auto wait_stream = [&] {
+      sync_stream(s, stream, ctx);
+      ++s.stats.host_syncs;
+    };
+    auto host_barrier = [&] {
+      s.host.barrier();
+      ++s.stats.host_syncs;
+    };
     if (n == 1) {
       if (sh.writes_out && !sh.in_place) copy(out, in, sh.out_n * E, stream);
-      sync_stream(s, stream, ctx);
+      wait_stream();
       return;
     }
     const ipc_detail::half_layout L = ipc_detail::fit_layout(c, n, E, s.half, count);
@@ -370,7 +611,7 @@ private:
           s.stats.staged_bytes += len * E;
         }
       }
-      sync_stream(s, stream, ctx);
+      wait_stream();
       // (2) Announce the round; every rank checks that all make the same call.
       ipc_detail::call_desc d{};
       d.seq = s.seq;
@@ -385,6 +626,7 @@ private:
       d.in_off = in_reg >= 0 ? reinterpret_cast<std::uintptr_t>(in) - in_base : 0;
       d.valid = 1;
       s.host.all_gather(reinterpret_cast<const std::uint8_t*>(&d), reinterpret_cast<std::uint8_t*>(descs.data()), sizeof d);
+      ++s.stats.host_syncs;
       bool any_reg = false;
       for (int q = 0; q < n; ++q) {
         const auto& o = descs[static_cast<std::size_t>(q)];
@@ -455,8 +697,8 @@ private:
         ipc_detail::sources<T> src{};
         for (int q = 0; q < n; ++q) src.p[q] = input_of(q, base + lo, lo);
         reduce_pieces(src, m, out + base + lo, reinterpret_cast<T*>(mine + L.res_off));
-        sync_stream(s, stream, ctx);
-        s.host.barrier();
+        wait_stream();
+        host_barrier();
         // (4) Everyone's reduced shard, from its staging memory.
         for (int q = 0; q < n; ++q) {
           if (q == r) continue;
@@ -465,21 +707,21 @@ private:
           copy(out + base + qlo, s.peer_staging[static_cast<std::size_t>(q)] + h * s.half + L.res_off, qm * E, stream);
           s.stats.copy_engine_bytes += qm * E;
         }
-        sync_stream(s, stream, ctx);
+        wait_stream();
       } else if constexpr (c == collective::reduce_scatter) {
         ipc_detail::sources<T> src{};
         for (int q = 0; q < n; ++q) src.p[q] = input_of(q, static_cast<u64>(r) * count + base, static_cast<u64>(r) * len);
         reduce_pieces(src, len, out + base, nullptr);
-        sync_stream(s, stream, ctx);
-        if (any_reg) s.host.barrier(); // peers read registered inputs in place until here
+        wait_stream();
+        if (any_reg) host_barrier(); // peers read registered inputs in place until here
       } else if constexpr (c == collective::reduce) {
         if (r == root) {
           ipc_detail::sources<T> src{};
           for (int q = 0; q < n; ++q) src.p[q] = input_of(q, base, 0);
           reduce_pieces(src, len, out + base, nullptr);
         }
-        sync_stream(s, stream, ctx);
-        if (any_reg) s.host.barrier();
+        wait_stream();
+        if (any_reg) host_barrier();
       } else if constexpr (c == collective::all_gather) {
         for (int q = 0; q < n; ++q) {
           T* to = out + static_cast<u64>(q) * count + base;
@@ -490,8 +732,8 @@ private:
           copy(to, input_of(q, base, 0), len * E, stream);
           s.stats.copy_engine_bytes += len * E;
         }
-        sync_stream(s, stream, ctx);
-        if (any_reg) s.host.barrier();
+        wait_stream();
+        if (any_reg) host_barrier();
       } else if constexpr (c == collective::broadcast) {
         if (r != root) {
           copy(out + base, input_of(root, base, 0), len * E, stream);
@@ -499,8 +741,8 @@ private:
         } else if (!sh.in_place) {
           copy(out + base, in + base, len * E, stream);
         }
-        sync_stream(s, stream, ctx);
-        if (any_reg) s.host.barrier();
+        wait_stream();
+        if (any_reg) host_barrier();
       }
     }
   }

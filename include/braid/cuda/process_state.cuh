@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "../comm/communicator.hpp"
@@ -19,11 +20,28 @@
 #include "../core/error.hpp"
 #include "check.cuh"
 #include "ipc.cuh"
+#include "launcher.cuh"
+
+#include <set>
+
+#include <sys/mman.h>
 
 namespace braid::cuda {
 
+// How a process_communicator's calls run (process_communicator::path()):
+//  * device: every rank is alone on its GPU. A call is one cooperative launch of the executor's kernel
+//    (cuda/executor.cuh, the kernel of the one-process communicator) on the caller's stream; ranks
+//    wait for each other inside the kernel, through progress words in IPC-mapped device memory. The
+//    call returns once the kernel is enqueued, and it can be captured in a CUDA graph.
+//  * host: some ranks share a GPU. Kernels of different processes do not run at the same time on one
+//    GPU, so no kernel may wait for a peer there: each round meets on the host (see process.cuh).
+enum class process_path { automatic, host, device };
+
 struct process_options {
   options base = options::from_env();         // timeout of the wait for this rank's stream (from_env: also the host's)
+  // automatic: device when every rank is on a GPU of its own, else host. device where ranks share a
+  // GPU is refused (invalid_argument). Every rank must ask for the same.
+  process_path path = process_path::automatic;
   std::size_t staging_bytes = std::size_t{32} << 20; // device memory per rank, two halves
   std::size_t copy_engine_min_bytes = std::size_t{1} << 20; // per-peer piece at or above: copy engines
   int reduce_blocks = 16;                      // blocks of the reduce kernel (the SMs braid may use)
@@ -37,6 +55,9 @@ struct process_stats {
   std::uint64_t staged_bytes = 0;        // copied into staging memory (inputs not registered)
   std::uint64_t copy_engine_bytes = 0;   // moved from peers by cudaMemcpyAsync
   std::uint64_t direct_read_bytes = 0;   // read from peers by the reduce kernel
+  // Times a call blocked the host: waits for the stream and host collectives (all_gather, barrier).
+  // Host path: about 3-4 per round; device path: none (barrier(stream) is not a call).
+  std::uint64_t host_syncs = 0;
 };
 
 namespace ipc_detail {
@@ -60,6 +81,7 @@ struct restore_device {
 };
 struct device_memory {
   void* p = nullptr;
+  void* release() { return std::exchange(p, nullptr); }
   ~device_memory() {
     if (p) cudaFree(p);
   }
@@ -75,6 +97,45 @@ struct event {
   }
 };
 
+// The device path's memory and launch state (process_path::device).
+struct shared_abort_page {
+  void* p = nullptr; // host-mapped, registered, the same address for the host and the kernels
+  std::size_t bytes = 0;
+  bool registered = false;
+  cuda_detail::device_abort* rec() const { return static_cast<cuda_detail::device_abort*>(p); }
+  ~shared_abort_page() {
+    if (registered) cudaHostUnregister(p);
+    if (p) ::munmap(p, bytes);
+  }
+};
+struct device_path_state {
+  device_memory segment;     // control page (progress, round, in_desc, busy, exits, arrivals), then two halves
+  device_memory table;       // device_rank[n]: this rank's view and the peers' through IPC mappings
+  shared_abort_page abort;   // the group's abort record, one page of shared memory every rank maps
+  std::shared_ptr<detail::device_set> set; // this rank alone on its GPU: the launcher's bookkeeping
+  std::set<const void*> loaded;            // kernel instantiations checked for residency
+  u64 half = 0;
+  unsigned blocks = 1, threads = 512;
+  u64 launches = 0;
+  ~device_path_state() {
+    if (!set) return;
+    for (auto& [seq, c] : set->calls) detail::give_back_locked(*set, *c);
+    for (cudaEvent_t e : set->spare) cudaEventDestroy(e);
+    if (set->chain) cudaEventDestroy(set->chain);
+  }
+};
+
+// Waits (bounded) until every launch of the device path on this rank has ended.
+inline bool drain_launches(device_path_state& d, std::chrono::nanoseconds timeout) noexcept {
+  if (!d.set || !d.set->chain || d.launches == 0) return true;
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  cudaError_t e;
+  while ((e = cudaEventQuery(d.set->chain)) == cudaErrorNotReady && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  (void)cudaGetLastError();
+  return e != cudaErrorNotReady;
+}
+
 struct process_state {
   restore_device restore; // first member: destroyed last
   braid::communicator host;
@@ -84,6 +145,7 @@ struct process_state {
   u64 max_pitch = 0; // cudaDevAttrMaxPitch
   device_memory staging;
   peer_mappings maps;
+  std::unique_ptr<device_path_state> dev; // process_path::device only (destroyed before maps)
   event done;
   std::vector<std::byte*> peer_staging;
   std::vector<registration> regs;
@@ -91,6 +153,7 @@ struct process_state {
   process_stats stats;
   std::atomic<bool> failed{false};
   std::string cause;            // written only by the thread making a call
+  std::string description;      // process_communicator::describe()
   cudaStream_t last_stream = nullptr; // of the call in progress, drained after an error
   ~process_state() {
     if (cudaGetDevice(&restore.saved) == cudaSuccess) cudaSetDevice(device);
@@ -103,6 +166,14 @@ struct process_state {
 // the timeout; the memory it reads is released only afterwards.
 inline void fail_quietly(process_state& s) noexcept {
   s.failed.store(true);
+  if (s.dev && s.dev->abort.rec()) {
+    // Every kernel of the group (this rank's and the peers') returns at its next check. A record
+    // already there (a kernel's timeout) stays the one check() reports.
+    if (!cuda_detail::abort_raised(s.dev->abort.rec()))
+      cuda_detail::record_failure({s.dev->abort.rec(), cuda_detail::abort_host_slot},
+                                cuda_detail::device_error{static_cast<unsigned>(errc::aborted), s.host.valid() ? s.host.rank() : -1, -1, -1, 0});
+    (void)drain_launches(*s.dev, s.opts.base.timeout);
+  }
   try {
     if (s.host.valid()) s.host.abort();
   } catch (...) {

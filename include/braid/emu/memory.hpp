@@ -47,6 +47,7 @@ struct allocation {
   std::uint64_t exporter_id = 0;
   int open_count = 0;
   int opened_on = -1; // the device that was current when it was opened
+  bool registered = false; // host memory of the caller's, registered: not the table's to unmap
 };
 
 // What a cudaIpcMemHandle_t carries (its 64 bytes).
@@ -146,6 +147,31 @@ public:
     return insert(a);
   }
 
+  // Host memory the caller owns, registered (cudaHostRegister): recorded as pinned host memory with
+  // no mapping of the table's own, so that unregistering leaves the caller's pages alone. False if
+  // any byte of it is known already.
+  bool register_host(void* p, std::size_t bytes, unsigned flags) {
+    allocation a;
+    a.kind = mem_kind::host;
+    a.size = bytes;
+    a.host_flags = flags;
+    a.base = reinterpret_cast<std::uintptr_t>(p);
+    std::lock_guard<std::mutex> lk(m_);
+    auto it = by_base_.lower_bound(a.base);
+    if (it != by_base_.end() && it->first < a.base + bytes) return false;
+    if (it != by_base_.begin() && std::prev(it)->second.base + std::prev(it)->second.size > a.base) return false;
+    a.registered = true;
+    by_base_[a.base] = a;
+    return true;
+  }
+  bool unregister_host(const void* p) {
+    std::lock_guard<std::mutex> lk(m_);
+    auto it = by_base_.find(reinterpret_cast<std::uintptr_t>(p));
+    if (it == by_base_.end() || !it->second.registered) return false;
+    by_base_.erase(it);
+    return true;
+  }
+
   // The allocation holding [p, p + bytes), copied out; false if none does.
   bool find(const void* p, std::size_t bytes, allocation& out) const {
     const auto at = reinterpret_cast<std::uintptr_t>(p);
@@ -167,7 +193,7 @@ public:
     {
       std::lock_guard<std::mutex> lk(m_);
       auto it = by_base_.find(reinterpret_cast<std::uintptr_t>(p));
-      if (it == by_base_.end() || it->second.kind != kind) return false;
+      if (it == by_base_.end() || it->second.kind != kind || it->second.registered) return false;
       a = it->second;
       by_base_.erase(it);
     }

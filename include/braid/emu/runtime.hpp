@@ -331,6 +331,7 @@ inline const char* cudaGetErrorName(cudaError_t e) {
     BRAID_EMU_NAME(cudaErrorContextIsDestroyed)
     BRAID_EMU_NAME(cudaErrorTooManyPeers)
     BRAID_EMU_NAME(cudaErrorHostMemoryAlreadyRegistered)
+    BRAID_EMU_NAME(cudaErrorHostMemoryNotRegistered)
     BRAID_EMU_NAME(cudaErrorLaunchFailure)
     BRAID_EMU_NAME(cudaErrorCooperativeLaunchTooLarge)
     BRAID_EMU_NAME(cudaErrorNotSupported)
@@ -626,6 +627,27 @@ inline cudaError_t cudaFreeHost(void* p) {
     diag("cudaFreeHost", hex(p) + " is not the start of pinned host memory from cudaHostAlloc/cudaMallocHost");
     return fail(cudaErrorInvalidValue);
   }
+  return cudaSuccess;
+}
+
+// Registers host memory the caller owns (for example shared memory several processes map) as pinned
+// and, with cudaHostRegisterMapped, reachable from kernels at the same address.
+inline cudaError_t cudaHostRegister(void* p, std::size_t bytes, unsigned flags) {
+  using namespace braid::emu::detail;
+  BRAID_EMU_ENTER();
+  if (refused_by_capture("cudaHostRegister")) return fail(cudaErrorStreamCaptureUnsupported);
+  if (!p || bytes == 0 || (flags & ~(cudaHostRegisterPortable | cudaHostRegisterMapped))) return fail(cudaErrorInvalidValue);
+  if (!rt().memory().register_host(p, bytes, flags)) {
+    diag("cudaHostRegister", hex(p) + " overlaps memory the runtime knows already");
+    return fail(cudaErrorHostMemoryAlreadyRegistered);
+  }
+  return cudaSuccess;
+}
+inline cudaError_t cudaHostUnregister(void* p) {
+  using namespace braid::emu::detail;
+  BRAID_EMU_ENTER();
+  if (refused_by_capture("cudaHostUnregister")) return fail(cudaErrorStreamCaptureUnsupported);
+  if (!p || !rt().memory().unregister_host(p)) return fail(cudaErrorHostMemoryNotRegistered);
   return cudaSuccess;
 }
 

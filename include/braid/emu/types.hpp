@@ -47,6 +47,7 @@ enum cudaError {
   cudaErrorContextIsDestroyed = 709,
   cudaErrorTooManyPeers = 711,
   cudaErrorHostMemoryAlreadyRegistered = 712,
+  cudaErrorHostMemoryNotRegistered = 713,
   cudaErrorLaunchFailure = 719,
   cudaErrorCooperativeLaunchTooLarge = 720,
   cudaErrorNotSupported = 801,
@@ -146,6 +147,9 @@ inline constexpr unsigned cudaHostAllocDefault = 0x0;
 inline constexpr unsigned cudaHostAllocPortable = 0x1;
 inline constexpr unsigned cudaHostAllocMapped = 0x2;
 inline constexpr unsigned cudaHostAllocWriteCombined = 0x4;
+inline constexpr unsigned cudaHostRegisterDefault = 0x0;
+inline constexpr unsigned cudaHostRegisterPortable = 0x1;
+inline constexpr unsigned cudaHostRegisterMapped = 0x2;
 inline constexpr unsigned cudaIpcMemLazyEnablePeerAccess = 0x1;
 inline constexpr unsigned cudaMemAttachGlobal = 0x1;
 
