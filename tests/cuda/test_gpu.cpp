@@ -788,6 +788,50 @@ TEST_CASE("gpu ranks of one GPU make different calls: invalid_usage, the group s
   CHECK(std::chrono::steady_clock::now() - t0 < 5s);
 }
 
+// Ranks on different GPUs whose calls differ (count, then a rooted call whose two ranks both think
+// they are the root, so that neither reads the other): the kernels compare call words before reading
+// a peer (executor.cuh, same_call) and every rank's check() raises mismatch_error, long before the
+// 60 s deadline; nothing is read past a buffer (the outputs' guards stay intact).
+TEST_CASE("gpu ranks on different GPUs make different calls: mismatch_error, well before the deadline") {
+  int ndev = 0;
+  GPU_OK(cudaGetDeviceCount(&ndev));
+  REQUIRE_MESSAGE(ndev >= 2, "needs 2 GPUs (the emulator's BRAID_EMU_DEVICES)");
+  const std::vector<int> devs{0, 1};
+  for (int kind = 0; kind < 2; ++kind) {
+    CAPTURE(kind);
+    auto g = gt::make_group(devs, 60s, 0, sweep_threads());
+    float_buffers b(2, 1000, devs);
+    upload_inputs(b, 0, false);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (kind == 0) {
+      gt::enqueue(*g, 0, float_all_reduce(b.in[0], b.out[0], 1000));
+      gt::enqueue(*g, 1, float_all_reduce(b.in[1], b.out[1], 500));
+    } else {
+      for (int r = 0; r < 2; ++r) {
+        gt::call c = float_all_reduce(b.in[static_cast<std::size_t>(r)], b.out[static_cast<std::size_t>(r)], 1000);
+        c.coll = collective::broadcast;
+        c.root = r; // each thinks it is the root: nothing read, nothing compared in this call
+        gt::enqueue(*g, r, c);
+      }
+      for (int r = 0; r < 2; ++r) // the next call carries the difference in its chained word
+        gt::enqueue(*g, r, float_all_reduce(b.in[static_cast<std::size_t>(r)], b.out[static_cast<std::size_t>(r)], 1000));
+    }
+    for (int r = 0; r < 2; ++r) GPU_OK(cudaStreamSynchronize(stream_of(*g, r)));
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (int r = 0; r < 2; ++r) {
+      bool raised = false;
+      try {
+        gt::check(*g, r);
+      } catch (const braid::error& e) {
+        raised = e.code() == errc::mismatch;
+        MESSAGE("rank " << r << ": " << std::string(e.what()));
+      }
+      CHECK_MESSAGE(raised, "rank " << r << "'s check() did not raise mismatch_error");
+    }
+    CHECK(waited < 10.0);
+  }
+}
+
 // Ranks of one GPU driven by one thread each, no bracket: 12 ranks on GPU 0, several calls.
 TEST_CASE("gpu 12 ranks on one GPU from 12 threads") {
   const int n = 12;

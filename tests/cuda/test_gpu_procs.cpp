@@ -313,19 +313,23 @@ TEST_CASE("device path: chosen for distinct GPUs, stream-ordered, capturable, mi
     auto* out = static_cast<float*>(gp::dev_alloc(count * sizeof(float)));
     if (all_reduce_and_count_wrong(*c, n, r, in, out, count, 0) != 0) return 2;
     if (gp::stats_of(*c).host_syncs != 0) return 7; // no host round trip in a call
-    // Stream-ordered: rank 2 calls 300 ms late, so rank 0's call returns while its kernel waits.
+    // Stream-ordered: rank 2 makes its call only after ranks 0 and 1 have returned from theirs and
+    // looked at their streams (a host all_reduce orders it), so their kernels are still waiting for
+    // rank 2 when they look: the call returned before the data moved.
     std::vector<float> h(count, static_cast<float>(r + 1));
     gp::to_device(in, h.data(), count * sizeof(float));
     gp::barrier(*c);
-    if (r == 2) std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    const auto t0 = std::chrono::steady_clock::now();
-    gp::enqueue(*c, float_all_reduce(in, out, count));
-    const auto returned = std::chrono::steady_clock::now() - t0;
-    const bool busy = gp::stream_busy(*c);
+    std::int64_t busy = 0;
+    if (r != 2) {
+      gp::enqueue(*c, float_all_reduce(in, out, count));
+      busy = gp::stream_busy(*c) ? 1 : 0;
+    }
+    const std::int64_t busy_ranks = gp::sum_over_ranks(*c, busy);
+    if (r == 2) gp::enqueue(*c, float_all_reduce(in, out, count));
     gp::finish(*c);
-    if (r == 0 && (!busy || returned > std::chrono::milliseconds(200))) {
-      std::fprintf(stderr, "rank 0: the call returned after %lld ms with the stream %s: not stream-ordered\n",
-                   static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(returned).count()), busy ? "busy" : "idle");
+    if (busy_ranks != 2) {
+      std::fprintf(stderr, "rank %d: %lld of ranks 0 and 1 returned with their stream busy: not stream-ordered\n", r,
+                   static_cast<long long>(busy_ranks));
       return 3;
     }
     gp::to_host(h.data(), out, count * sizeof(float));
@@ -390,6 +394,44 @@ TEST_CASE("device path: chosen for distinct GPUs, stream-ordered, capturable, mi
     return 0;
   }, std::chrono::seconds(120));
   expect_all_zero(st, "mixed layout");
+}
+
+// Mismatched calls on the device path: different counts; then a broadcast whose two ranks both think
+// they are the root (neither reads the other, so that call compares nothing) followed by an
+// all_reduce, whose chained call word carries the difference. Every rank raises mismatch_error well
+// before the 60 s deadline.
+TEST_CASE("device path: mismatched calls raise mismatch_error on every rank") {
+  REQUIRE_MESSAGE(g_devices >= 2, "needs 2 GPUs (the emulator's BRAID_EMU_DEVICES)");
+  const int n = 2;
+  for (int kind = 0; kind < 2; ++kind) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto st = braid::testing::fork_ranks(n, [&](int r, const braid::unique_id& id) {
+      auto c = join_device_path(id, r, n, 60s);
+      if (gp::path_of(*c) != 2) return 1;
+      const std::size_t count = 1000;
+      void* p = gp::dev_alloc(count * sizeof(float));
+      gp::dev_fill(p, 0, count * sizeof(float));
+      try {
+        if (kind == 0) {
+          gp::run(*c, float_all_reduce(p, p, r == 0 ? count : count / 2));
+        } else {
+          braid::gpu_test::call b = float_all_reduce(p, p, count);
+          b.coll = collective::broadcast;
+          b.root = r;
+          gp::enqueue(*c, b);
+          gp::run(*c, float_all_reduce(p, p, count));
+        }
+        return 2;
+      } catch (const braid::error& e) {
+        std::printf("rank %d: %s\n", r, e.what());
+        return e.code() == errc::mismatch ? 0 : 3;
+      }
+    }, std::chrono::seconds(120));
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    MESSAGE("device path mismatch, kind " << kind << ": " << took << " s (deadline 60 s)");
+    expect_all_zero(st, "device path mismatch");
+    CHECK(took < 20);
+  }
 }
 
 TEST_CASE("device path: an aborted rank and a killed process stop every kernel, errors within the deadline") {

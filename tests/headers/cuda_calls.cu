@@ -17,9 +17,21 @@ struct argmax {
     return (b.value > a.value || (b.value == a.value && b.index < a.index)) ? b : a;
   }
 };
-void user_type_calls(braid::cuda::communicator& c, braid::cuda::process_communicator& p, cudaStream_t s, val_idx* v) {
+// A 3-byte type with no operators: the copy collectives move any trivially copyable type (api.md).
+struct rgb {
+  unsigned char r, g, b;
+};
+void user_type_calls(braid::cuda::communicator& c, braid::cuda::process_communicator& p, cudaStream_t s, val_idx* v, rgb* px) {
   c.all_reduce(v, v, 1, argmax{}, s);
+  c.reduce(v, v, 1, 0, argmax{}, s);
+  c.reduce_scatter(v, v, 1, argmax{}, s);
   p.all_reduce(v, v, 1, argmax{}, s);
+  p.reduce(v, v, 1, 0, argmax{}, s);
+  p.reduce_scatter(v, v, 1, argmax{}, s);
+  c.broadcast(px, px, 1, 0, s);
+  c.all_gather(px, px, 1, s);
+  p.broadcast(px, px, 1, 0, s);
+  p.all_gather(px, px, 1, s);
 }
 
 void calls(braid::cuda::communicator& c, braid::cuda::process_communicator& p, cudaStream_t s, float* f, double* d,

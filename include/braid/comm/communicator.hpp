@@ -510,12 +510,7 @@ private:
       if (n > 1) {
         // The call's description: compared across ranks in full in debug mode, and always through the
         // call word that each round publishes with its progress word (host::rank_context::begin_rounds).
-        const bool rooted = c == collective::broadcast || c == collective::reduce;
-        const std::array<std::uint64_t, 4> fp{static_cast<std::uint64_t>(c) | static_cast<std::uint64_t>(dtype_of_v<T>) << 8 |
-                                                  static_cast<std::uint64_t>(op_kind_v<Op>) << 16 |
-                                                  static_cast<std::uint64_t>(a) << 24 | std::uint64_t{sizeof(T) & 0xffffffu} << 32,
-                                              std::uint64_t{count}, rooted ? static_cast<std::uint64_t>(root) + 1 : 0,
-                                              ++p.collectives};
+        const std::array<std::uint64_t, 4> fp = detail::describe_call<T, Op>(c, a, std::uint64_t{count}, root, ++p.collectives);
         if (p.opts.debug) check_fingerprint(p, fp);
         p.cx.begin_rounds(fp);
       }

@@ -40,6 +40,7 @@
 #include "../core/error.hpp"
 #include "../core/ops.hpp"
 #include "../core/types.hpp"
+#include "../schedule/call_word.hpp"
 #include "../schedule/schedule.hpp"
 #include "check.cuh"
 #include "collectives.cuh"
@@ -72,6 +73,7 @@ struct rank_memory {
   void* segment = nullptr; // progress, in_desc, arrivals, round, then the two halves
   cuda_detail::device_rank view{};
   cuda_detail::device_rank* table = nullptr; // device copy of every rank's view, on this rank's GPU
+  std::uint64_t call_word = 0, calls = 0;    // this rank's call word chain (rank_call::call_word), calls made
 };
 
 struct group_state {
@@ -237,7 +239,12 @@ private:
       la.abort = g.abort;
       la.timeout_ns = static_cast<std::uint64_t>(g.opts.timeout.count());
       const bool zero_copy = !in_place && reads_in && reads_in_place(in);
-      const cuda_detail::rank_call mine{r, in, out, zero_copy ? static_cast<std::uint64_t>(lo(in)) : 0};
+      detail::rank_memory& rm = g.ranks[static_cast<std::size_t>(r)];
+      // The chain advances only once the call counts in (arrive returns): a call that arrive undoes
+      // (a thread that would wait for ranks it drives itself) leaves the rank where it was.
+      const std::uint64_t word =
+          braid::detail::chain_call_word(rm.call_word, braid::detail::describe_call<T, Op>(c, a, count, root, rm.calls + 1), 0);
+      const cuda_detail::rank_call mine{r, in, out, zero_copy ? static_cast<std::uint64_t>(lo(in)) : 0, word};
       auto kernel = &cuda_detail::collective_kernel<S, T, Op>;
       const detail::call_signature sig{c, count, root, sizeof(T), reinterpret_cast<const void*>(kernel)};
       const auto& set = g.sets[static_cast<std::size_t>(g.set_of[static_cast<std::size_t>(r)])];
@@ -250,6 +257,8 @@ private:
                      [&](cudaStream_t st, const cuda_detail::launch_args& args) {
                        return gpu::launch_cooperative(kernel, grid, threads, 0, st, args, op);
                      });
+      rm.call_word = word;
+      ++rm.calls;
     });
   }
 };
@@ -323,6 +332,7 @@ inline std::vector<communicator> create_group(const std::vector<int>& devices, c
     m.view.progress = reinterpret_cast<cuda_detail::u64*>(base);
     m.view.round = reinterpret_cast<cuda_detail::u64*>(base + 128);
     m.view.in_desc = reinterpret_cast<cuda_detail::u64*>(base + 256);
+    m.view.call = reinterpret_cast<cuda_detail::u64*>(base + 288);
     m.view.arrivals = reinterpret_cast<cuda_detail::u64*>(base + 4096);
     m.view.half[0] = base + ctrl_aligned;
     m.view.half[1] = base + ctrl_aligned + g->half_bytes;

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "../core/error.hpp"
 #include "../schedule/schedule.hpp"
 #include "device.cuh"
 #include "kernel.cuh"
@@ -30,6 +31,7 @@ inline constexpr int max_threads_per_block = 512; // the most create_group accep
 struct device_rank {
   u64* progress;       // (round << 24) | steps posted, as on the host
   u64* in_desc;        // [2]: 0 = staged in the window, else the user's input pointer
+  u64* call;           // [4]: the call word of round R in call[R % 4] (rank_call::call_word)
   std::byte* half[2];  // staging halves
   u64* arrivals;       // [2][max_steps + 2] block arrival counters, then one exit counter (own rank only)
   u64* round;          // last round id used by this rank's kernels
@@ -41,6 +43,11 @@ struct rank_call {
   const void* in;
   void* out;
   std::uint64_t in_desc; // non-zero: peers read `in` in place (zero-copy)
+  // What this rank's call is, chained over its earlier calls (schedule/call_word.hpp, computed by the
+  // communicator). Published with each round's first post; a reader that acquired a peer's progress
+  // in round R compares the peer's word of round R with its own before it reads anything of that
+  // peer, and stops the group with a mismatch record if they differ.
+  std::uint64_t call_word;
 };
 
 // What a launch on one GPU needs: the call, and the part of every rank of the group on that GPU.
@@ -125,6 +132,17 @@ BRAID_KERNEL_BOUNDED(512) void collective_kernel(launch_args a, Op op) {
       halt.store(1, gpu::memory_order::relaxed);
   };
 
+  // After a wait for peer q's progress in round R passed: q must be making this call. A rank rewrites
+  // slot R % 4 only in round R + 4, which needs every peer to have finished round R + 2.
+  auto same_call = [&](int q, std::uint64_t round, int step) {
+    gpu::atomic_ref<int, gpu::scope::device> halt(stop);
+    if (halt.load(gpu::memory_order::relaxed)) return;
+    if (sys_u64(ranks[q].call[round & 3]).load(gpu::memory_order::relaxed) != me.call_word) {
+      record_failure(abort_ref{a.abort, a.abort_slot}, device_error{static_cast<unsigned>(errc::mismatch), r, q, step, 0});
+      halt.store(1, gpu::memory_order::relaxed);
+    }
+  };
+
   std::uint64_t R = round0;
   for (std::uint64_t k = 0; k < a.rounds; ++k) {
     R = round0 + k + 1;
@@ -145,6 +163,9 @@ BRAID_KERNEL_BOUNDED(512) void collective_kernel(launch_args a, Op op) {
     }
     gpu::sync_block();
     if (stop) return;
+    // The round's call word, then its input: both before the post of step 0 (arrive_and_post's
+    // barrier and release order them), as in_desc below.
+    if (block == 0 && thread == 0) ranks[r].call[R & 3] = me.call_word;
     if (me.in_desc) {
       if (block == 0 && thread == 0) ranks[r].in_desc[h] = me.in_desc;
     } else {
@@ -166,8 +187,10 @@ BRAID_KERNEL_BOUNDED(512) void collective_kernel(launch_args a, Op op) {
       const int ns = st.count_sources(n);
       for (int i = static_cast<int>(thread); i < ns; i += static_cast<int>(gpu::block_size())) {
         const schedule::source s = st.source_at(i);
-        if (s.rank != r || s.reg == schedule::region::win)
+        if (s.rank != r || s.reg == schedule::region::win) {
           wait(s.rank, (R << 24) | static_cast<u64>(s.ready + 2), j);
+          if (s.rank != r) same_call(s.rank, R, j);
+        }
       }
       gpu::sync_block();
       if (stop) return;

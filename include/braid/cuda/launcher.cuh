@@ -207,6 +207,10 @@ inline void raise_recorded(cuda_detail::device_abort* ab, int rank_) {
                              std::to_string(first.peer) + " at step " + std::to_string(first.step) + " on the " +
                              gpu::device_kind() + hint, c);
   }
+  if (first.code == static_cast<unsigned>(errc::mismatch))
+    raise(errc::mismatch, "mismatched calls: rank " + std::to_string(first.rank) + " found that rank " + std::to_string(first.peer) +
+                              "'s call differs from its own in collective, element type, operator, count, root or algorithm "
+                              "(or an earlier call of the two ranks did); the group is stopped", c);
   if (first.code == static_cast<unsigned>(errc::invalid_usage) && first.step == -5)
     raise(errc::invalid_usage, "the group was stopped: a call of rank " + std::to_string(first.rank) +
                                    " could not go on (ranks of its GPU disagreed, or a bracket ended without them); "

@@ -434,6 +434,7 @@ private:
       v.progress = reinterpret_cast<cuda_detail::u64*>(base);
       v.round = reinterpret_cast<cuda_detail::u64*>(base + 128);
       v.in_desc = reinterpret_cast<cuda_detail::u64*>(base + 256);
+      v.call = reinterpret_cast<cuda_detail::u64*>(base + 288);
       v.arrivals = reinterpret_cast<cuda_detail::u64*>(base + 4096);
       v.half[0] = base + ctrl;
       v.half[1] = base + ctrl + d->half;
@@ -508,8 +509,11 @@ private:
       if (sh.writes_out && !sh.in_place) copy(out, in, sh.out_n * sizeof(T), stream);
       return;
     }
-    const algo a = co.algorithm == algo::automatic ? choose_algorithm(cuda_tuning, c, n, static_cast<std::uint64_t>(sh.in_n) * sizeof(T))
-                                                   : co.algorithm;
+    const algo asked = co.algorithm == algo::automatic ? choose_algorithm(cuda_tuning, c, n, static_cast<std::uint64_t>(sh.in_n) * sizeof(T))
+                                                       : co.algorithm;
+    const algo a = c != collective::all_reduce ? algo::direct : asked == algo::two_shot ? algo::two_shot : algo::one_shot;
+    const std::uint64_t word =
+        braid::detail::chain_call_word(d.call_word, braid::detail::describe_call<T, Op>(c, a, count, root, d.calls + 1), 0);
     auto go = [&](auto sched) {
       using S = decltype(sched);
       const std::uint64_t per = schedule::per_round<S, T>(c, n, d.half);
@@ -528,7 +532,7 @@ private:
       la.half_bytes = d.half;
       la.abort = d.abort.rec();
       la.timeout_ns = static_cast<std::uint64_t>(s.opts.base.timeout.count());
-      const cuda_detail::rank_call mine{r, in, out, 0};
+      const cuda_detail::rank_call mine{r, in, out, 0, word};
       auto kernel = &cuda_detail::collective_kernel<S, T, Op>;
       if (!d.loaded.count(reinterpret_cast<const void*>(kernel))) {
         cudaFuncAttributes fa{};
@@ -549,6 +553,8 @@ private:
                        return gpu::launch_cooperative(kernel, grid, threads, 0, st, args, op);
                      });
       ++d.launches;
+      d.call_word = word; // the chain advances once the call is enqueued
+      ++d.calls;
       s.stats.rounds += la.rounds;
       if (sh.reads_in) s.stats.staged_bytes += static_cast<std::uint64_t>(sh.in_n) * sizeof(T);
     };

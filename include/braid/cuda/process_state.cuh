@@ -117,6 +117,7 @@ struct device_path_state {
   u64 half = 0;
   unsigned blocks = 1, threads = 512;
   u64 launches = 0;
+  std::uint64_t call_word = 0, calls = 0; // this rank's call word chain (rank_call::call_word), calls made
   ~device_path_state() {
     if (!set) return;
     for (auto& [seq, c] : set->calls) detail::give_back_locked(*set, *c);

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "../../core/error.hpp"
+#include "../../schedule/call_word.hpp"
 #include "registry.hpp"
 #include "segment.hpp"
 
@@ -68,19 +69,10 @@ public:
   std::vector<std::uint64_t> checked; // per peer: the last round whose word this rank compared
   std::string (*describe_call)(const std::array<std::uint64_t, 4>&) = nullptr;
 
-  static constexpr std::uint64_t mix64(std::uint64_t x) { // splitmix64's finaliser: a bijection
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-  }
-  // Sets the word of the call whose first round is round + 1: a polynomial in an odd 64-bit constant
-  // over the previous word, fp and the first round, then one mix (a short dependent chain: this runs
-  // on every call, small ones included).
+  // Sets the word of the call whose first round is round + 1 (schedule/call_word.hpp: a short
+  // dependent chain, since this runs on every call, small ones included).
   void begin_rounds(const std::array<std::uint64_t, 4>& fp) {
-    constexpr std::uint64_t k = 0x9e3779b97f4a7c15ULL;
-    std::uint64_t h = (call_word ^ fp[0]) * k + fp[1];
-    h = (h * k + fp[2]) * k + fp[3];
-    call_word = mix64(h * k + (round + 1));
+    call_word = braid::detail::chain_call_word(call_word, fp, round + 1);
     call_fp = fp;
     if (checked.size() != static_cast<std::size_t>(nranks)) checked.assign(static_cast<std::size_t>(nranks), 0);
   }

@@ -1,0 +1,46 @@
+// braid/schedule/call_word.hpp — what ranks compare to catch mismatched calls: a call's description
+// as four words (the debug fingerprint's layout) and the 64-bit call word chained over a rank's calls.
+// Shared by the host transport (transport/host/context.hpp) and the CUDA kernels (cuda/executor.cuh,
+// whose words the CUDA communicators compute on the host).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "../core/ops.hpp"
+#include "../core/types.hpp"
+#include "common.hpp"
+
+namespace braid::detail {
+
+// {collective | dtype << 8 | operator << 16 | algorithm << 24 | sizeof(T) << 32, count, root + 1 (0:
+// not a rooted collective), call number}.
+using call_description = std::array<std::uint64_t, 4>;
+
+template <class T, class Op>
+constexpr call_description describe_call(collective c, algo a, std::uint64_t count, int root, std::uint64_t number) {
+  const bool rooted = c == collective::broadcast || c == collective::reduce;
+  return {static_cast<std::uint64_t>(c) | static_cast<std::uint64_t>(dtype_of_v<T>) << 8 | static_cast<std::uint64_t>(op_kind_v<Op>) << 16 |
+              static_cast<std::uint64_t>(a) << 24 | std::uint64_t{sizeof(T) & 0xffffffu} << 32,
+          count, rooted ? static_cast<std::uint64_t>(root) + 1 : 0, number};
+}
+
+// splitmix64's finaliser: a bijection.
+constexpr std::uint64_t mix64(std::uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// The word of a call: a polynomial in an odd 64-bit constant over the previous call's word, the
+// description and `salt` (the host transport: the call's first round; CUDA: 0), then one mix. Two
+// ranks get equal words only if this call and every earlier one agree (up to a 64-bit collision).
+constexpr std::uint64_t chain_call_word(std::uint64_t prev, const call_description& d, std::uint64_t salt) {
+  constexpr std::uint64_t k = 0x9e3779b97f4a7c15ULL;
+  std::uint64_t h = (prev ^ d[0]) * k + d[1];
+  h = (h * k + d[2]) * k + d[3];
+  return mix64(h * k + salt);
+}
+
+} // namespace braid::detail
