@@ -548,7 +548,7 @@ private:
       }
       const detail::call_signature sig{c, count, root, sizeof(T), reinterpret_cast<const void*>(kernel)};
       const unsigned grid = d.blocks, threads = d.threads;
-      detail::arrive({}, d.set, 0, r, sig, la, mine, stream, s.opts.base.timeout, d.abort.rec(), n,
+      detail::arrive({}, d.set, 0, r, sig, la, mine, stream, s.opts.base.timeout, d.abort.rec(), 1, // 1: this process launches only its own GPU
                      [&](cudaStream_t st, const cuda_detail::launch_args& args) {
                        return gpu::launch_cooperative(kernel, grid, threads, 0, st, args, op);
                      });
