@@ -41,7 +41,7 @@ case "$mode" in
     want=$(cuda_number "$NVCC_PYPI_VERSION")
     probe_defs=(-DBRAID_EXPECT_CUDACC="$want" -DBRAID_EXPECT_CUDART="$want")
     tus=()
-    while IFS= read -r h; do tus+=("header:$h"); done < <(cd "$repo/include" && find braid -name '*.cuh' | LC_ALL=C sort)
+    while IFS= read -r h; do tus+=("header:$h"); done < <(cd "$repo/include" && find braid -name '*.cuh' -not -path 'braid/mpi/*' | LC_ALL=C sort)
     ;;
   cuda12-headers)
     dir=$repo/.deps/cuda-$CUDA12_RUNTIME_VERSION-headers

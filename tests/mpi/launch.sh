@@ -7,6 +7,8 @@
 # HOSTMAP is a shell arithmetic expression of `rank` (the MPI rank) giving the rank's BRAID_HOST_ID,
 # e.g. 'rank % 2' (two interleaved hosts) or 'rank / 2' (hosts of two consecutive ranks); a negative
 # value leaves BRAID_HOST_ID unset on that rank; 'none' leaves it unset everywhere (real hosts).
+# Where BRAID_EMU_MACHINE is set (braid's emulated CUDA device), each simulated host gets a machine
+# of its own (BRAID_EMU_MACHINE-host<id>): its own emulated GPUs, as real hosts have.
 # Works as root and not (--allow-run-as-root only as root) and on fewer cores than ranks
 # (--oversubscribe).
 set -eu
@@ -26,5 +28,6 @@ exec "$mpiexec" $flags -np "$np" sh -c '
   if [ "$BRAID_TEST_HOSTMAP" != none ]; then
     id=$(( $BRAID_TEST_HOSTMAP ))
     if [ "$id" -ge 0 ]; then export BRAID_HOST_ID=$id; else unset BRAID_HOST_ID; fi
+    if [ -n "${BRAID_EMU_MACHINE:-}" ] && [ "$id" -ge 0 ]; then export BRAID_EMU_MACHINE="$BRAID_EMU_MACHINE-host$id"; fi
   fi
   exec "$@"' sh "$@"

@@ -15,7 +15,15 @@
 // One more case sums random floats, where the order matters: there every rank must hold the same bits
 // and each element must lie within count-of-ranks * 2^-23 * sum|x| of the exact sum.
 // Exit status 0 when every rank saw every check pass, 1 otherwise.
+//
+// Built a second time as test_mpi_cuda (BRAID_TEST_MPI_CUDA, on braid's emulated CUDA device): every
+// check then runs on braid::mpi::cuda_communicator through device_comm below, which copies each call's
+// arguments to device memory and the output back; a few more checks (cuda_checks) compare its bits
+// with braid::mpi::communicator's on the same random floats and count the all_reduce pipeline's chunks.
 #include <braid/mpi.hpp>
+#ifdef BRAID_TEST_MPI_CUDA
+#include <braid/mpi/cuda.cuh>
+#endif
 
 #include <cmath>
 #include <cstdint>
@@ -78,6 +86,97 @@ template <class T, class Op> T reference(braid::op_kind k, std::uint64_t i) {
   return make<T>(static_cast<int>(acc));
 }
 
+#ifdef BRAID_TEST_MPI_CUDA
+// braid::mpi::cuda_communicator behind braid::mpi::communicator's host-pointer calls. Each call copies
+// the input and the output's current contents to device memory (one allocation where they overlap, as
+// in-place calls do), runs on the device, synchronises, raises what a kernel recorded, and copies the
+// output back. 64 guard bytes after the device copy must come back unchanged (no write past the end).
+class device_comm {
+public:
+  explicit device_comm(MPI_Comm w, const braid::mpi::cuda_options& o = {}) : c_(w, -1, o) {
+    BRAID_CUDA_CHECK(cudaSetDevice(c_.device()));
+    BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking));
+  }
+  device_comm(const device_comm&) = delete;
+  device_comm& operator=(const device_comm&) = delete;
+  ~device_comm() { cudaStreamDestroy(s_); }
+  braid::mpi::cuda_communicator& get() { return c_; }
+  cudaStream_t stream() const { return s_; }
+  int size() const { return c_.size(); }
+  int rank() const { return c_.rank(); }
+  int hosts() const { return c_.hosts(); }
+  int local_size() const { return c_.local_size(); }
+  bool uniform() const { return c_.uniform(); }
+  const braid::mpi::host_layout& layout() const { return c_.layout(); }
+
+  template <class T, class Op = braid::sum<>> void all_reduce(const T* in, T* out, std::size_t count, Op op = {}) {
+    run(in, count, out, count, [&](const T* i, T* o) { c_.all_reduce(i, o, count, op, s_); });
+  }
+  template <class T, class Op = braid::sum<>> void reduce(const T* in, T* out, std::size_t count, int root, Op op = {}) {
+    run(in, count, out, count, [&](const T* i, T* o) { c_.reduce(i, o, count, root, op, s_); });
+  }
+  template <class T, class Op = braid::sum<>> void reduce_scatter(const T* in, T* out, std::size_t rc, Op op = {}) {
+    run(in, rc * static_cast<std::size_t>(size()), out, rc, [&](const T* i, T* o) { c_.reduce_scatter(i, o, rc, op, s_); });
+  }
+  template <class T> void all_gather(const T* in, T* out, std::size_t sc) {
+    run(in, sc, out, sc * static_cast<std::size_t>(size()), [&](const T* i, T* o) { c_.all_gather(i, o, sc, s_); });
+  }
+  template <class T> void broadcast(const T* in, T* out, std::size_t count, int root) {
+    run(in, count, out, count, [&](const T* i, T* o) { c_.broadcast(i, o, count, root, s_); });
+  }
+  template <class T, class Op = braid::sum<>> void reduce_scatter(std::span<const T> in, std::span<T> out, Op op = {}) {
+    run(in.data(), in.size(), out.data(), out.size(),
+        [&](const T* i, T* o) { c_.reduce_scatter(std::span<const T>(i, in.size()), std::span<T>(o, out.size()), op, s_); });
+  }
+  template <class T> void all_gather(std::span<const T> in, std::span<T> out) {
+    run(in.data(), in.size(), out.data(), out.size(),
+        [&](const T* i, T* o) { c_.all_gather(std::span<const T>(i, in.size()), std::span<T>(o, out.size()), s_); });
+  }
+  void barrier() { c_.barrier(s_); }
+
+private:
+  template <class T, class F> void run(const T* in, std::size_t nin, T* out, std::size_t nout, F&& f) {
+    constexpr std::size_t guard = 64;
+    const auto a = reinterpret_cast<std::uintptr_t>(in), b = reinterpret_cast<std::uintptr_t>(out);
+    const std::size_t ib = nin * sizeof(T), ob = nout * sizeof(T);
+    const bool joint = in && out && a < b + ob && b < a + ib; // overlapping ranges: one device copy
+    const std::uintptr_t lo = joint ? std::min(a, b) : 0, hi = joint ? std::max(a + ib, b + ob) : 0;
+    const std::size_t bytes = joint ? hi - lo : ib + ob;
+    std::byte* d = nullptr;
+    BRAID_CUDA_CHECK(cudaMalloc(&d, bytes + guard));
+    std::byte* din = !in ? nullptr : joint ? d + (a - lo) : d;
+    std::byte* dout = !out ? nullptr : joint ? d + (b - lo) : d + ib;
+    // On the call's stream: it does not wait for the legacy default stream (cudaStreamNonBlocking),
+    // so a plain cudaMemcpy could still be landing when the call's first kernel reads.
+    if (in) BRAID_CUDA_CHECK(cudaMemcpyAsync(din, in, ib, cudaMemcpyHostToDevice, s_));
+    if (out) BRAID_CUDA_CHECK(cudaMemcpyAsync(dout, out, ob, cudaMemcpyHostToDevice, s_));
+    BRAID_CUDA_CHECK(cudaMemsetAsync(d + bytes, 0x5a, guard, s_));
+    struct freer {
+      std::byte* p;
+      ~freer() { cudaFree(p); }
+    } fr{d};
+    f(reinterpret_cast<const T*>(din), reinterpret_cast<T*>(dout));
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(s_));
+    c_.check();
+    unsigned char tail[guard];
+    if (out) BRAID_CUDA_CHECK(cudaMemcpyAsync(out, dout, ob, cudaMemcpyDeviceToHost, s_));
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(tail, d + bytes, guard, cudaMemcpyDeviceToHost, s_));
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(s_));
+    for (unsigned char x : tail)
+      if (x != 0x5a) {
+        fail(std::string("a call wrote past the end of its device buffers on rank ") + std::to_string(world_rank));
+        break;
+      }
+  }
+
+  braid::mpi::cuda_communicator c_;
+  cudaStream_t s_ = nullptr;
+};
+using comm_type = device_comm;
+#else
+using comm_type = braid::mpi::communicator;
+#endif
+
 template <class T> bool same_bits(const T& a, const T& b) { return std::memcmp(&a, &b, sizeof(T)) == 0; }
 
 template <class T> std::string label(const char* what, braid::op_kind k, std::size_t count, bool in_place) {
@@ -85,7 +184,7 @@ template <class T> std::string label(const char* what, braid::op_kind k, std::si
          " count " + std::to_string(count) + (in_place ? " in-place" : "") + " on rank " + std::to_string(world_rank);
 }
 
-template <class T, class Op> void check_reductions(braid::mpi::communicator& c, braid::op_kind k, std::size_t count) {
+template <class T, class Op> void check_reductions(comm_type& c, braid::op_kind k, std::size_t count) {
   const int n = world_size, r = world_rank;
   const std::size_t N = static_cast<std::size_t>(n);
   const T poison = make<T>(99);
@@ -126,7 +225,7 @@ template <class T, class Op> void check_reductions(braid::mpi::communicator& c, 
   }
 }
 
-template <class T> void check_copies(braid::mpi::communicator& c, std::size_t count) {
+template <class T> void check_copies(comm_type& c, std::size_t count) {
   const int n = world_size, r = world_rank;
   const std::size_t N = static_cast<std::size_t>(n);
   auto bits = [](int q, std::size_t i) { // arbitrary bit patterns, NaNs included: copies move bytes
@@ -161,7 +260,7 @@ template <class T> void check_copies(braid::mpi::communicator& c, std::size_t co
   }
 }
 
-template <class T> void check_type(braid::mpi::communicator& c, const std::vector<std::size_t>& counts) {
+template <class T> void check_type(comm_type& c, const std::vector<std::size_t>& counts) {
   for (std::size_t count : counts) {
     check_reductions<T, braid::sum<>>(c, braid::op_kind::sum, count);
     check_reductions<T, braid::prod<>>(c, braid::op_kind::prod, count);
@@ -174,7 +273,7 @@ template <class T> void check_type(braid::mpi::communicator& c, const std::vecto
 
 // Random floats: the order matters, so the result must be the same bits on every rank and close to
 // the exact sum.
-void check_rounding(braid::mpi::communicator& c, std::size_t count) {
+void check_rounding(comm_type& c, std::size_t count) {
   std::vector<float> in(count), out(count), rs(count / static_cast<std::size_t>(world_size));
   auto x = [](int q, std::size_t i) {
     std::mt19937 g(static_cast<unsigned>(q * 1000003 + static_cast<int>(i % 100000)));
@@ -210,7 +309,7 @@ struct value_index {
 struct argmax {
   value_index operator()(const value_index& a, const value_index& b) const { return b.v > a.v || (b.v == a.v && b.i < a.i) ? b : a; }
 };
-void check_custom(braid::mpi::communicator& c) {
+void check_custom(comm_type& c) {
   const std::size_t count = 1001;
   std::vector<value_index> in(count), out(count);
   for (std::size_t i = 0; i < count; ++i) in[i] = {static_cast<float>((i + static_cast<std::size_t>(world_rank)) % 3), world_rank};
@@ -248,7 +347,7 @@ void check_custom(braid::mpi::communicator& c) {
   }
 }
 
-void check_errors(braid::mpi::communicator& c) {
+void check_errors(comm_type& c) {
   std::vector<float> x(8);
   bool raised = false;
   try {
@@ -280,6 +379,53 @@ void check_errors(braid::mpi::communicator& c) {
   c.barrier();
 }
 
+#ifdef BRAID_TEST_MPI_CUDA
+// What only the device build checks: the bits equal braid::mpi::communicator's on the same random
+// floats (the documented order is the same), the host communicator's path, and the all_reduce
+// pipeline's chunk count, overlap and staged bytes.
+void cuda_checks(device_comm& c, std::size_t count, std::size_t chunk_bytes, const std::string& want_path) {
+  braid::mpi::communicator h(MPI_COMM_WORLD);
+  const std::string d = c.get().describe();
+  if (world_rank == 0) std::printf("cuda_communicator: %s\n", d.c_str());
+  const bool device_path = c.get().local().path() == braid::cuda::process_path::device;
+  // (A host of one rank has no peer to wait for: its communicator takes the host path.)
+  if (!want_path.empty() && c.local_size() > 1 && device_path != (want_path == "device"))
+    fail("rank " + std::to_string(world_rank) + ": inside the host " + (device_path ? "the device path" : "the host path") + ", expected " + want_path);
+  auto x = [](int q, std::size_t i) {
+    std::mt19937 g(static_cast<unsigned>(q * 7919 + static_cast<int>(i % 65536)));
+    return std::uniform_real_distribution<float>(-1.0f, 1.0f)(g);
+  };
+  const std::size_t N = static_cast<std::size_t>(world_size), rc = count / N;
+  std::vector<float> in(count), a(count), b(count), ra(rc), rb(rc);
+  for (std::size_t i = 0; i < count; ++i) in[i] = x(world_rank, i);
+  const auto before = c.get().stats();
+  c.all_reduce(in.data(), a.data(), count, braid::sum<>{});
+  const auto after = c.get().stats();
+  h.all_reduce(in.data(), b.data(), count, braid::sum<>{});
+  if (std::memcmp(a.data(), b.data(), count * sizeof(float)) != 0) fail("random float all_reduce: bits differ from braid::mpi::communicator's on rank " + std::to_string(world_rank));
+  c.all_reduce(in.data(), a.data(), count, braid::avg<>{});
+  h.all_reduce(in.data(), b.data(), count, braid::avg<>{});
+  if (std::memcmp(a.data(), b.data(), count * sizeof(float)) != 0) fail("random float avg all_reduce: bits differ from braid::mpi::communicator's on rank " + std::to_string(world_rank));
+  c.reduce_scatter(in.data(), ra.data(), rc, braid::sum<>{});
+  h.reduce_scatter(in.data(), rb.data(), rc, braid::sum<>{});
+  if (std::memcmp(ra.data(), rb.data(), rc * sizeof(float)) != 0) fail("random float reduce_scatter: bits differ from braid::mpi::communicator's on rank " + std::to_string(world_rank));
+  // The pipeline: slice s = ceil(count / local_size), chunks of chunk_bytes / 4 floats.
+  if (c.hosts() > 1 && c.uniform()) {
+    const std::size_t n = static_cast<std::size_t>(c.local_size()), sl = (count + n - 1) / n;
+    const std::size_t ce = std::max<std::size_t>(1, std::min(sl, chunk_bytes / sizeof(float))), K = (sl + ce - 1) / ce;
+    const std::size_t staged = c.get().mpi_on_device() ? 0 : 2 * sl * sizeof(float);
+    const std::uint64_t chunks = after.chunks - before.chunks, over = after.overlapped - before.overlapped, bytes = after.staged_bytes - before.staged_bytes;
+    if (chunks != K || over != K - 1 || bytes != staged)
+      fail("all_reduce pipeline on rank " + std::to_string(world_rank) + ": " + std::to_string(chunks) + " chunks (want " + std::to_string(K) + "), " +
+           std::to_string(over) + " overlapped (want " + std::to_string(K - 1) + "), " + std::to_string(bytes) + " bytes staged (want " +
+           std::to_string(staged) + ")");
+    if (world_rank == 0)
+      std::printf("all_reduce of %zu floats: %llu chunks through the inter-host step, %llu of them with the next chunk already enqueued, %llu bytes staged\n",
+                  count, static_cast<unsigned long long>(chunks), static_cast<unsigned long long>(over), static_cast<unsigned long long>(bytes));
+  }
+}
+#endif
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -288,14 +434,19 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   int want_hosts = -1, want_uniform = -1;
   bool expect_error = false, quick = false;
+  std::size_t large = 100003, chunk_bytes = std::size_t{4} << 20;
+  std::string want_path;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--hosts" && i + 1 < argc) want_hosts = std::atoi(argv[++i]);
     else if (a == "--uniform" && i + 1 < argc) want_uniform = std::atoi(argv[++i]);
     else if (a == "--expect-error") expect_error = true;
     else if (a == "--quick") quick = true;
+    else if (a == "--large" && i + 1 < argc) large = std::strtoull(argv[++i], nullptr, 10);
+    else if (a == "--chunk-bytes" && i + 1 < argc) chunk_bytes = std::strtoull(argv[++i], nullptr, 10);
+    else if (a == "--local-path" && i + 1 < argc) want_path = argv[++i];
     else {
-      if (world_rank == 0) std::fprintf(stderr, "usage: test_mpi [--hosts H] [--uniform 0|1] [--expect-error] [--quick]\n");
+      if (world_rank == 0) std::fprintf(stderr, "usage: test_mpi [--hosts H] [--uniform 0|1] [--expect-error] [--quick] [--large N] [--chunk-bytes B] [--local-path device|host]\n");
       MPI_Finalize();
       return 2;
     }
@@ -304,14 +455,21 @@ int main(int argc, char** argv) {
     if (expect_error) {
       bool raised = false;
       try {
-        braid::mpi::communicator c(MPI_COMM_WORLD);
+        comm_type c(MPI_COMM_WORLD);
       } catch (const braid::error& e) {
         raised = e.code() == braid::errc::invalid_argument || e.code() == braid::errc::peer_failed;
         if (world_rank == 0) std::printf("rank 0 raised as expected: %s\n", e.what());
       }
       if (!raised) fail("construction did not raise on rank " + std::to_string(world_rank));
     } else {
+#ifdef BRAID_TEST_MPI_CUDA
+      braid::mpi::cuda_options co;
+      co.chunk_bytes = chunk_bytes;
+      device_comm c(MPI_COMM_WORLD, co);
+#else
+      (void)chunk_bytes;
       braid::mpi::communicator c(MPI_COMM_WORLD);
+#endif
       if (world_rank == 0)
         std::printf("layout: %d ranks, %d hosts, %s\n", c.size(), c.hosts(), c.uniform() ? "uniform" : "uneven");
       if (want_hosts >= 0 && c.hosts() != want_hosts) fail("expected " + std::to_string(want_hosts) + " hosts, got " + std::to_string(c.hosts()));
@@ -321,17 +479,24 @@ int main(int argc, char** argv) {
       check_type<float>(c, small);
       check_type<std::int32_t>(c, small);
       check_type<braid::bfloat16>(c, small);
-      check_reductions<float, braid::sum<>>(c, braid::op_kind::sum, 100003); // large, odd
+      check_reductions<float, braid::sum<>>(c, braid::op_kind::sum, large); // large, odd
+#ifdef BRAID_TEST_MPI_CUDA
+      if (!quick) fail("test_mpi_cuda runs --quick only (the other types are not compiled into it, to keep its build short)");
+#else
       if (!quick) {
         check_type<double>(c, small);
         check_type<std::int8_t>(c, {1, 1003});
         check_type<braid::half>(c, {7});
         check_type<braid::fp8_e4m3>(c, {1003});
-        check_reductions<braid::bfloat16, braid::avg<>>(c, braid::op_kind::avg, 100003);
-        check_reductions<std::int32_t, braid::max<>>(c, braid::op_kind::max, 100003);
-        check_copies<double>(c, 100003);
+        check_reductions<braid::bfloat16, braid::avg<>>(c, braid::op_kind::avg, large);
+        check_reductions<std::int32_t, braid::max<>>(c, braid::op_kind::max, large);
+        check_copies<double>(c, large);
       }
-      check_rounding(c, 100003);
+#endif
+      check_rounding(c, large);
+#ifdef BRAID_TEST_MPI_CUDA
+      cuda_checks(c, large, chunk_bytes, want_path);
+#endif
       check_custom(c);
       check_errors(c);
     }

@@ -1,0 +1,745 @@
+// braid/mpi/cuda.cuh — braid::mpi::cuda_communicator: hierarchical collectives over hosts, on device
+// buffers.
+//
+// The device-pointer twin of braid::mpi::communicator (communicator.hpp): inside each host braid's CUDA
+// communicator of the host's processes (cuda::process_communicator: the device path where every
+// process has a GPU of its own, the host path where processes share one) moves and reduces the data;
+// MPI carries the step between hosts. The algorithms, the partition of the data among the ranks and
+// the reduction order are communicator.hpp's, stage for stage, with device stages in place of the
+// host communicator's. Construction is collective over an MPI communicator; rank r uses GPU
+// local_rank % (visible GPUs) unless told otherwise.
+//
+//   MPI_Init(&argc, &argv);
+//   braid::mpi::cuda_communicator comm(MPI_COMM_WORLD);
+//   comm.all_reduce(d_in, d_out, count, braid::sum{}, stream);
+//
+// How the inter-host step reaches device memory (cuda_options::buffers, describe()):
+//  * host (staged): the rank's piece is copied to pinned host memory, MPI works there, the result is
+//    copied back. all_reduce on a uniform layout pipelines this by chunks of chunk_bytes of the rank's
+//    slice: while MPI exchanges chunk k, the GPU runs the intra-host reduce_scatter of chunk k+1 and
+//    its copy to the host, and the intra-host all_gather of chunk k-1.
+//  * device (CUDA-aware MPI): MPI reads and writes device memory itself; the pieces from other hosts
+//    are reduced on the GPU (the same reduce kernel as process_communicator's host path).
+//  automatic picks device where the MPI library says it is CUDA-aware (MPIX_CUDA_AWARE_SUPPORT at
+//  compile time and MPIX_Query_cuda_support() at run time, Open MPI's extension), host otherwise;
+//  BRAID_MPI_CUDA_AWARE=0|1 overrides automatic (1 only for an MPI that is CUDA-aware without saying
+//  so: a plain MPI handed device pointers crashes).
+//
+// Guarantees, as communicator.hpp's:
+//  * Identical bits on every rank; reduction order: inside a host, braid's CUDA communicator's
+//    algorithm (for up to 16 ranks per host the direct reduce_scatter/reduce the host communicator
+//    uses too), across hosts the host partials in host order 0..H-1 in the accumulator type, finalize
+//    (avg) once with the world size at the end. tests/mpi/test_mpi_cuda.cpp checks the bits against
+//    braid::mpi::communicator's on the same inputs.
+//  * Any element type and operator braid supports on the GPU; MPI moves bytes only.
+//  * Calls take a stream. With one host a call is the CUDA communicator's (stream-ordered; on the
+//    device path it returns at once). With several hosts a call returns once its inter-host step is
+//    done; the last intra-host stage (all_gather, broadcast, copies) is still enqueued on `stream`.
+//    Work the caller enqueued on `stream` before the call is waited for (the inter-host step needs it).
+//  * Bad arguments raise invalid_argument before anything moves; any error during a call (MPI's as
+//    braid::system_error, the CUDA communicator's, a CUDA error) makes the communicator refuse further
+//    calls (usage_error). Waits inside MPI have MPI's semantics (no deadline); waits inside a host have
+//    braid's deadline (BRAID_TIMEOUT), and on the device path they run inside kernels that wait for a
+//    host peer still in MPI: an inter-host step longer than the deadline is reported as a timeout.
+// Needs <mpi.h> and CUDA (nvcc, or braid's emulated device): not part of <braid/braid.hpp>.
+#pragma once
+
+#include <mpi.h>
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h> // Open MPI: MPIX_CUDA_AWARE_SUPPORT, MPIX_Query_cuda_support
+#endif
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <span>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "../cuda.cuh"
+#include "bootstrap.hpp"
+#include "check.hpp"
+#include "communicator.hpp"
+
+namespace braid::mpi {
+
+// Where the inter-host step's MPI calls find the data (see the file comment).
+enum class mpi_buffers { automatic, host, device };
+
+struct cuda_options {
+  cuda::process_options local = {};                 // the host's CUDA communicator
+  mpi_buffers buffers = mpi_buffers::automatic;
+  std::size_t chunk_bytes = std::size_t{4} << 20;   // all_reduce pipeline: chunk of a rank's slice
+};
+
+namespace cuda_mpi_detail {
+
+// Does this MPI library take device pointers? Compile time and run time must both say so.
+inline bool mpi_says_cuda_aware() {
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  return MPIX_Query_cuda_support() == 1;
+#else
+  return false;
+#endif
+}
+
+// Grow-only memory of one kind; freeing device memory synchronises the device (cudaFree does).
+struct pinned_memory {
+  void* p = nullptr;
+  std::size_t bytes = 0;
+  template <class T> T* get(std::size_t count) {
+    const std::size_t want = std::max<std::size_t>(count * sizeof(T), 64);
+    if (want > bytes) {
+      reset();
+      std::size_t b = 4096;
+      while (b < want) b *= 2;
+      BRAID_CUDA_CHECK(cudaMallocHost(&p, b));
+      bytes = b;
+    }
+    return static_cast<T*>(p);
+  }
+  void reset() noexcept {
+    if (p) cudaFreeHost(p);
+    p = nullptr;
+    bytes = 0;
+  }
+  pinned_memory() = default;
+  pinned_memory(pinned_memory&& o) noexcept : p(std::exchange(o.p, nullptr)), bytes(std::exchange(o.bytes, 0)) {}
+  pinned_memory& operator=(pinned_memory&& o) noexcept {
+    if (this != &o) {
+      reset();
+      p = std::exchange(o.p, nullptr);
+      bytes = std::exchange(o.bytes, 0);
+    }
+    return *this;
+  }
+  ~pinned_memory() { reset(); }
+};
+struct device_scratch {
+  void* p = nullptr;
+  std::size_t bytes = 0;
+  template <class T> T* get(std::size_t count) {
+    const std::size_t want = std::max<std::size_t>(count * sizeof(T), 256);
+    if (want > bytes) {
+      reset();
+      std::size_t b = 4096;
+      while (b < want) b *= 2;
+      BRAID_CUDA_CHECK(cudaMalloc(&p, b));
+      bytes = b;
+    }
+    return static_cast<T*>(p);
+  }
+  void reset() noexcept {
+    if (p) cudaFree(p);
+    p = nullptr;
+    bytes = 0;
+  }
+  device_scratch() = default;
+  device_scratch(device_scratch&& o) noexcept : p(std::exchange(o.p, nullptr)), bytes(std::exchange(o.bytes, 0)) {}
+  device_scratch& operator=(device_scratch&& o) noexcept {
+    if (this != &o) {
+      reset();
+      p = std::exchange(o.p, nullptr);
+      bytes = std::exchange(o.bytes, 0);
+    }
+    return *this;
+  }
+  ~device_scratch() { reset(); }
+};
+struct owned_event {
+  cudaEvent_t e = nullptr;
+  owned_event() = default;
+  owned_event(owned_event&& o) noexcept : e(std::exchange(o.e, nullptr)) {}
+  owned_event& operator=(owned_event&& o) noexcept {
+    if (this != &o) {
+      if (e) cudaEventDestroy(e);
+      e = std::exchange(o.e, nullptr);
+    }
+    return *this;
+  }
+  ~owned_event() {
+    if (e) cudaEventDestroy(e);
+  }
+};
+struct owned_stream {
+  cudaStream_t s = nullptr;
+  owned_stream() = default;
+  owned_stream(owned_stream&& o) noexcept : s(std::exchange(o.s, nullptr)) {}
+  owned_stream& operator=(owned_stream&& o) noexcept {
+    if (this != &o) {
+      if (s) cudaStreamDestroy(s);
+      s = std::exchange(o.s, nullptr);
+    }
+    return *this;
+  }
+  ~owned_stream() {
+    if (s) cudaStreamDestroy(s);
+  }
+};
+
+} // namespace cuda_mpi_detail
+
+class cuda_communicator {
+public:
+  cuda_communicator() = default; // empty: every call raises usage_error
+  cuda_communicator(cuda_communicator&& o) noexcept { *this = std::move(o); }
+  cuda_communicator& operator=(cuda_communicator&& o) noexcept {
+    if (this != &o) {
+      release();
+      hc_ = std::move(o.hc_);
+      local_ = std::move(o.local_);
+      device_ = o.device_;
+      direct_ = o.direct_;
+      chunk_bytes_ = o.chunk_bytes_;
+      live_ = std::exchange(o.live_, false);
+      failed_ = std::exchange(o.failed_, false);
+      failure_ = std::move(o.failure_);
+      what_ = o.what_;
+      seq_ = std::exchange(o.seq_, 0);
+      types_ = std::exchange(o.types_, {});
+      scratch_ = std::move(o.scratch_);
+      pieces_dev_ = std::move(o.pieces_dev_);
+      sink_ = std::move(o.sink_);
+      done_ = std::move(o.done_);
+      pinned_ = std::move(o.pinned_);
+      staging_ = std::move(o.staging_);
+      events_ = std::move(o.events_);
+      side_ = std::move(o.side_);
+      stats_ = o.stats_;
+    }
+    return *this;
+  }
+  ~cuda_communicator() { release(); }
+
+  // Collective over `comm`. MPI must be initialised; `comm` is duplicated. `device` -1: GPU
+  // local_rank % (number of visible GPUs).
+  explicit cuda_communicator(MPI_Comm comm, int device = -1, const cuda_options& o = {}) : hc_(split_hosts(comm)) {
+    const host_layout& L = hc_.layout;
+    if (o.chunk_bytes < 256) raise(errc::invalid_argument, "cuda_options::chunk_bytes must be at least 256", error_context{L.rank, "cuda_communicator", 0, -1});
+    // The host's CPU communicator first (MPI carries its id), then the CUDA communicator over it.
+    braid::communicator host = join_local(hc_.world.get(), hc_.local.get(), o.local.base);
+    std::exception_ptr failure;
+    try {
+      if (device < 0) {
+        int count = 0;
+        BRAID_CUDA_CHECK(cudaGetDeviceCount(&count));
+        if (count < 1) raise(errc::unsupported, "no CUDA device", error_context{L.rank, "cuda_communicator", 0, -1});
+        device = L.local_rank % count;
+      }
+      local_ = cuda::process_communicator(std::move(host), device, o.local);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    // A rank whose CUDA communicator failed has told its host's peers (they raise too); other hosts
+    // learn it here rather than hanging in their first call.
+    int bad = failure ? 1 : 0, any = 0;
+    BRAID_MPI_CHECK(MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, hc_.world.get()));
+    if (failure) std::rethrow_exception(failure);
+    if (any) raise(errc::peer_failed, "braid::mpi::cuda_communicator: another rank failed to set up its CUDA communicator");
+    device_ = device;
+    chunk_bytes_ = o.chunk_bytes;
+    direct_ = o.buffers == mpi_buffers::device || (o.buffers == mpi_buffers::automatic && cuda_mpi_detail::mpi_says_cuda_aware());
+    if (o.buffers == mpi_buffers::automatic)
+      if (const char* v = std::getenv("BRAID_MPI_CUDA_AWARE"); v && *v) direct_ = std::strcmp(v, "0") != 0;
+    cuda_detail::device_guard dg(device_);
+    for (auto& e : events_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e.e, cudaEventDisableTiming));
+    BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&done_.e, cudaEventDisableTiming));
+    BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&side_.s, cudaStreamNonBlocking));
+    live_ = true;
+  }
+
+  bool valid() const noexcept { return live_; }
+  int rank() const { return lay().rank; }
+  int size() const { return lay().size; }
+  int host() const { return lay().host; }
+  int hosts() const { return lay().hosts; }
+  int local_rank() const { return lay().local_rank; }
+  int local_size() const { return lay().local_size; }
+  bool uniform() const { return lay().uniform; }
+  int device() const { return (void)lay(), device_; }
+  const host_layout& layout() const { return lay(); }
+  cuda::process_communicator& local() { return (void)lay(), local_; } // this host's CUDA communicator
+  // Whether MPI is handed device pointers (mpi_buffers::device) or pinned host copies.
+  bool mpi_on_device() const { return (void)lay(), direct_; }
+  MPI_Comm cross_comm() const { return (void)lay(), hc_.cross.get(); }
+  std::uint64_t calls() const { return seq_; }
+  // One line for logs: hosts, layout, the host communicator's path, where MPI's buffers are.
+  std::string describe() const {
+    const host_layout& L = lay();
+    return std::to_string(L.size) + " ranks on " + std::to_string(L.hosts) + (L.hosts == 1 ? " host" : " hosts") +
+           (L.uniform ? "" : " (uneven)") + "; inside the host: " + local_.describe() + "; between hosts: MPI on " +
+           (direct_ ? "device memory (CUDA-aware)" : "pinned host copies");
+  }
+  // What the inter-host step did, for tests: chunks pipelined, bytes copied to/from pinned memory.
+  struct stats_t {
+    std::uint64_t chunks = 0;        // all_reduce chunks through the inter-host step
+    std::uint64_t staged_bytes = 0;  // device <-> pinned host copies of the inter-host step
+    std::uint64_t overlapped = 0;    // chunks whose MPI exchange ran with a later chunk already enqueued
+  };
+  const stats_t& stats() const { return stats_; }
+
+  // ---- collectives: device pointers; semantics and in-place forms as braid::mpi::communicator's ----
+  template <element T, class Op = sum<>>
+    requires reduction_for<Op, T>
+  void all_reduce(const T* in, T* out, std::size_t count, Op op, cudaStream_t stream) {
+    check<collective::all_reduce>(in, out, count, 0);
+    call("all_reduce", stream, [&] { do_all_reduce(in, out, count, op, stream); });
+  }
+  template <element T, class Op = sum<>>
+    requires reduction_for<Op, T>
+  void reduce(const T* in, T* out, std::size_t count, int root, Op op, cudaStream_t stream) {
+    check<collective::reduce>(in, out, count, root);
+    call("reduce", stream, [&] {
+      if (rank() == root) return do_all_reduce(in, out, count, op, stream);
+      T* sink = sink_.get<T>(count);
+      do_all_reduce(in, sink, count, op, stream);
+    });
+  }
+  template <element T, class Op = sum<>>
+    requires reduction_for<Op, T>
+  void reduce_scatter(const T* in, T* out, std::size_t recv_count, Op op, cudaStream_t stream) {
+    check<collective::reduce_scatter>(in, out, recv_count, 0);
+    call("reduce_scatter", stream, [&] { do_reduce_scatter(in, out, recv_count, op, stream); });
+  }
+  template <element T> void all_gather(const T* in, T* out, std::size_t send_count, cudaStream_t stream) {
+    check<collective::all_gather>(in, out, send_count, 0);
+    call("all_gather", stream, [&] { do_all_gather(in, out, send_count, stream); });
+  }
+  template <element T> void broadcast(const T* in, T* out, std::size_t count, int root, cudaStream_t stream) {
+    check<collective::broadcast>(in, out, count, root);
+    call("broadcast", stream, [&] { do_broadcast(in, out, count, root, stream); });
+  }
+  // span forms (device memory)
+  template <element T, class Op = sum<>>
+    requires reduction_for<Op, T>
+  void all_reduce(std::span<T> data, Op op, cudaStream_t stream) { all_reduce(data.data(), data.data(), data.size(), op, stream); }
+  template <element T> void broadcast(std::span<T> data, int root, cudaStream_t stream) { broadcast(data.data(), data.data(), data.size(), root, stream); }
+  template <element T, class Op = sum<>>
+    requires reduction_for<Op, T>
+  void reduce_scatter(std::span<const T> in, std::span<T> out, Op op, cudaStream_t stream) {
+    if (in.size() != out.size() * static_cast<std::size_t>(size()))
+      raise(errc::invalid_argument, "reduce_scatter: in.size() must equal out.size() * size()", error_context{rank(), "reduce_scatter", 0, -1});
+    reduce_scatter(in.data(), out.data(), out.size(), op, stream);
+  }
+  template <element T> void all_gather(std::span<const T> in, std::span<T> out, cudaStream_t stream) {
+    if (out.size() != in.size() * static_cast<std::size_t>(size()))
+      raise(errc::invalid_argument, "all_gather: out.size() must equal in.size() * size()", error_context{rank(), "all_gather", 0, -1});
+    all_gather(in.data(), out.data(), in.size(), stream);
+  }
+  // Raises what a kernel of this host's group recorded (a timeout, an abort), if anything: call it
+  // after synchronising the stream (the device path reports kernel errors no other way).
+  void check() const { (void)lay(), local_.check(); }
+
+  // Returns when the stream's earlier work is done on every rank.
+  void barrier(cudaStream_t stream) {
+    call("barrier", stream, [&] {
+      sync(stream);
+      local_.barrier(stream);
+      if (lay().local_rank == 0 && lay().hosts > 1) BRAID_MPI_CHECK_CTX(MPI_Barrier(hc_.cross.get()), ctx());
+      local_.barrier(stream);
+    });
+  }
+
+private:
+  const host_layout& lay() const {
+    if (!live_) raise(errc::invalid_usage, "this braid::mpi::cuda_communicator is empty (default-constructed or moved from)");
+    return hc_.layout;
+  }
+  error_context ctx() const { return error_context{hc_.layout.rank, what_, seq_, -1}; }
+  void release() noexcept {
+    if (!live_) return;
+    try {
+      cuda_detail::device_guard dg(device_);
+      if (done_.e) cudaEventSynchronize(done_.e); // the last call's copies may still read pinned memory
+      if (side_.s) cudaStreamSynchronize(side_.s);
+    } catch (...) {
+    }
+    for (auto& t : types_)
+      if (mpi::detail::mpi_usable()) MPI_Type_free(&t.second);
+    types_.clear();
+    live_ = false;
+  }
+
+  template <collective c, class T> void check(const T* in, const T* out, std::size_t count, int root) {
+    const host_layout& L = lay();
+    what_ = std::string_view(name(c)).data();
+    const error_context cx{L.rank, what_, seq_ + 1, -1};
+    if (failed_) raise(errc::invalid_usage, "the communicator failed earlier and refuses further calls: " + failure_, cx);
+    const braid::detail::call_shape sh = braid::detail::validate_call<c, T>(in, out, count, root, L.size, L.rank, algo::automatic, cx);
+    if (std::max(sh.in_n, sh.out_n) > static_cast<std::size_t>(INT_MAX))
+      raise(errc::unsupported, "braid::mpi: more than INT_MAX elements in one call", cx);
+  }
+
+  // Runs a call on this communicator's GPU, after the previous call's copies are done with the
+  // scratch and pinned memory; any error marks the communicator failed.
+  template <class F> void call(const char* what, cudaStream_t stream, F&& f) {
+    (void)lay();
+    what_ = what;
+    if (failed_) raise(errc::invalid_usage, "the communicator failed earlier and refuses further calls: " + failure_, ctx());
+    ++seq_;
+    try {
+      cuda_detail::device_guard dg(device_);
+      BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, done_.e, 0));
+      f();
+      BRAID_CUDA_CHECK(cudaEventRecord(done_.e, stream));
+    } catch (const std::exception& e) {
+      failed_ = true;
+      failure_ = e.what();
+      throw;
+    }
+  }
+
+  // The host waits for `stream`, then raises what a kernel of the host's group recorded, if anything.
+  void sync(cudaStream_t stream) {
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(stream));
+    local_.check();
+  }
+  void sync_event(cudaEvent_t e) {
+    BRAID_CUDA_CHECK(cudaEventSynchronize(e));
+    local_.check();
+  }
+
+  MPI_Datatype type_of(std::size_t bytes) {
+    auto it = types_.find(bytes);
+    if (it != types_.end()) return it->second;
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    BRAID_MPI_CHECK_CTX(MPI_Type_contiguous(static_cast<int>(bytes), MPI_BYTE, &t), ctx());
+    BRAID_MPI_CHECK_CTX(MPI_Type_commit(&t), ctx());
+    types_.emplace(bytes, t);
+    return t;
+  }
+  template <class T> T* host_staging(std::size_t count) {
+    if (staging_.size() * sizeof(std::uint64_t) < count * sizeof(T)) staging_.resize((count * sizeof(T) + 7) / 8);
+    return reinterpret_cast<T*>(staging_.data());
+  }
+
+  template <class T> void d2d(T* dst, const T* src, std::size_t n, cudaStream_t st) {
+    if (n && dst != src) BRAID_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, st));
+  }
+  template <class T> void d2h(T* dst, const T* src, std::size_t n, cudaStream_t st) {
+    if (!n) return;
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToHost, st));
+    stats_.staged_bytes += n * sizeof(T);
+  }
+  template <class T> void h2d(T* dst, const T* src, std::size_t n, cudaStream_t st) {
+    if (!n) return;
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyHostToDevice, st));
+    stats_.staged_bytes += n * sizeof(T);
+  }
+  // rows x width elements between pitched layouts (pitches in elements).
+  template <class T> void d2d_2d(T* dst, std::size_t dpitch, const T* src, std::size_t spitch, std::size_t width, std::size_t rows, cudaStream_t st) {
+    if (!width || !rows) return;
+    BRAID_CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch * sizeof(T), src, spitch * sizeof(T), width * sizeof(T), rows, cudaMemcpyDeviceToDevice, st));
+  }
+
+  // dst[i] = finalize(op(piece_0[i], ..., piece_{H-1}[i])), pieces of m elements one after another.
+  // Host (staged) memory: braid's host reduction loop; device memory: process_communicator's reduce
+  // kernel on the side stream. Both accumulate in piece order in the operator's accumulator type.
+  template <class T, class Op> void reduce_pieces(const T* pieces, int H, std::size_t m, T* dst, const Op& op) {
+    if (!m) return;
+    if (!direct_) {
+      std::vector<const T*> src(static_cast<std::size_t>(H));
+      for (int j = 0; j < H; ++j) src[static_cast<std::size_t>(j)] = pieces + static_cast<std::size_t>(j) * m;
+      reduce_n<T>(src.data(), H, dst, nullptr, m, op, true, hc_.layout.size);
+      return;
+    }
+    cuda::ipc_detail::sources<T> src{};
+    for (int j = 0; j < H; ++j) src.p[j] = pieces + static_cast<std::size_t>(j) * m;
+    const unsigned threads = 256;
+    const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>(64, (m + threads - 1) / threads));
+    BRAID_CUDA_CHECK(gpu::launch(&cuda::ipc_detail::reduce_kernel<T, Op>, blocks, threads, 0, side_.s, src, H, dst,
+                                 static_cast<T*>(nullptr), static_cast<cuda::ipc_detail::u64>(m), op, true, hc_.layout.size));
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(side_.s));
+  }
+
+  // Across the members of `comm` (H, this one `me`): data[0, n) — host or device memory as MPI is
+  // handed it — becomes the reduction in member order of every member's data (two-shot, as
+  // communicator.hpp's cross_all_reduce).
+  template <class T, class Op> void cross_all_reduce(T* data, std::size_t n, MPI_Comm comm, int H, int me, const Op& op) {
+    std::vector<int> cnt(static_cast<std::size_t>(H)), off(static_cast<std::size_t>(H)), rc(static_cast<std::size_t>(H)), ro(static_cast<std::size_t>(H));
+    for (int j = 0, o = 0; j < H; ++j) {
+      cnt[static_cast<std::size_t>(j)] = static_cast<int>(n / static_cast<std::size_t>(H) + (static_cast<std::size_t>(j) < n % static_cast<std::size_t>(H)));
+      off[static_cast<std::size_t>(j)] = o;
+      o += cnt[static_cast<std::size_t>(j)];
+    }
+    const int mine = cnt[static_cast<std::size_t>(me)];
+    for (int j = 0; j < H; ++j) {
+      rc[static_cast<std::size_t>(j)] = mine;
+      ro[static_cast<std::size_t>(j)] = j * mine;
+    }
+    const std::size_t np = static_cast<std::size_t>(H) * static_cast<std::size_t>(mine);
+    T* pieces = direct_ ? pieces_dev_.get<T>(np) : host_staging<T>(np);
+    const MPI_Datatype t = type_of(sizeof(T));
+    BRAID_MPI_CHECK_CTX(MPI_Alltoallv(data, cnt.data(), off.data(), t, pieces, rc.data(), ro.data(), t, comm), ctx());
+    reduce_pieces(pieces, H, static_cast<std::size_t>(mine), data + off[static_cast<std::size_t>(me)], op);
+    BRAID_MPI_CHECK_CTX(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, cnt.data(), off.data(), t, comm), ctx());
+  }
+
+  // The inter-host all_reduce of device data[0, n), stream-ordered after the work on `stream` (the
+  // host waits for it), the result back in data before later work on `stream`.
+  template <class T, class Op> void cross_all_reduce_device(T* data, std::size_t n, cudaStream_t stream, const Op& op) {
+    const host_layout& L = hc_.layout;
+    if (direct_) {
+      sync(stream);
+      cross_all_reduce(data, n, hc_.cross.get(), L.hosts, L.host, op);
+      return;
+    }
+    T* h = pinned_.get<T>(n);
+    d2h(h, data, n, stream);
+    sync(stream);
+    cross_all_reduce(h, n, hc_.cross.get(), L.hosts, L.host, op);
+    h2d(data, h, n, stream);
+  }
+
+  template <class T, class Op> void do_all_reduce(const T* in, T* out, std::size_t count, const Op& op, cudaStream_t stream) {
+    const host_layout& L = hc_.layout;
+    if (count == 0) return;
+    if (L.hosts == 1) return local_.all_reduce(in, out, count, op, stream);
+    const detail::without_finalize<Op, T> part{op};
+    if (!L.uniform) {
+      T* buf = scratch_.get<T>(count);
+      local_.reduce(in, buf, count, 0, part, stream);
+      if (L.local_rank == 0) cross_all_reduce_device(buf, count, stream, op);
+      local_.broadcast(buf, out, count, 0, stream);
+      return;
+    }
+    // Uniform: slice l of s = ceil(count / n) elements per local rank (zero-padded to n * s), as
+    // communicator.hpp's. The slice goes through the inter-host step in chunks of c elements: chunk k
+    // of every block is packed (n rows of c), reduce_scattered inside the host (rank l keeps its row:
+    // the elements of its slice, reduced in the same order as by one reduce_scatter of the whole),
+    // exchanged across hosts, all_gathered inside the host and unpacked into place.
+    const std::size_t n = static_cast<std::size_t>(L.local_size), l = static_cast<std::size_t>(L.local_rank);
+    const std::size_t s = (count + n - 1) / n, padded = s * n;
+    const std::size_t c = std::max<std::size_t>(1, std::min(s, chunk_bytes_ / sizeof(T)));
+    const std::size_t K = (s + c - 1) / c;
+    constexpr std::size_t depth = std::tuple_size_v<decltype(events_)>; // chunks in flight
+    // Scratch: the padded copy (when count is not a multiple of n), `depth` packed chunks, the slice.
+    const std::size_t pad_elems = padded == count ? 0 : padded;
+    T* base = scratch_.get<T>(pad_elems + depth * n * c + s);
+    T* work = pad_elems ? base : nullptr;
+    T* packed = base + pad_elems;
+    T* slice = packed + depth * n * c;
+    T* hslice = direct_ ? nullptr : pinned_.get<T>(s);
+    (void)l;
+    const T* src = in;
+    T* dst = out;
+    if (work) {
+      d2d(work, in, count, stream);
+      BRAID_CUDA_CHECK(cudaMemsetAsync(work + count, 0, (padded - count) * sizeof(T), stream));
+      src = work;
+      dst = work;
+    }
+    std::size_t enqueued = 0; // chunks whose intra-host reduce_scatter is on the stream
+    auto enqueue = [&](std::size_t k) {
+      enqueued = k + 1;
+      const std::size_t o = k * c, w = std::min(c, s - o);
+      T* pk = packed + (k % depth) * n * c;
+      d2d_2d(pk, w, src + o, s, w, n, stream);
+      local_.reduce_scatter(pk, slice + o, w, part, stream);
+      if (!direct_) d2h(hslice + o, slice + o, w, stream);
+      BRAID_CUDA_CHECK(cudaEventRecord(events_[k % depth].e, stream));
+    };
+    for (std::size_t k = 0; k < std::min(depth, K); ++k) enqueue(k);
+    for (std::size_t k = 0; k < K; ++k) {
+      const std::size_t o = k * c, w = std::min(c, s - o);
+      sync_event(events_[k % depth].e);
+      if (enqueued > k + 1) ++stats_.overlapped; // a later chunk's GPU work is queued beside this MPI step
+      ++stats_.chunks;
+      if (direct_) {
+        cross_all_reduce(slice + o, w, hc_.cross.get(), L.hosts, L.host, op);
+      } else {
+        cross_all_reduce(hslice + o, w, hc_.cross.get(), L.hosts, L.host, op);
+        h2d(slice + o, hslice + o, w, stream);
+      }
+      T* pk = packed + (k % depth) * n * c;
+      local_.all_gather(slice + o, pk, w, stream);
+      d2d_2d(dst + o, s, pk, w, w, n, stream);
+      if (k + depth < K) enqueue(k + depth);
+    }
+    if (work) d2d(out, work, count, stream);
+  }
+
+  template <class T, class Op> void do_reduce_scatter(const T* in, T* out, std::size_t rc, const Op& op, cudaStream_t stream) {
+    const host_layout& L = hc_.layout;
+    if (rc == 0) return;
+    if (L.hosts == 1) return local_.reduce_scatter(in, out, rc, op, stream);
+    const detail::without_finalize<Op, T> part{op};
+    const std::size_t H = static_cast<std::size_t>(L.hosts), N = static_cast<std::size_t>(L.size);
+    const MPI_Datatype t = type_of(sizeof(T));
+    if (L.uniform) {
+      const std::size_t n = static_cast<std::size_t>(L.local_size), l = static_cast<std::size_t>(L.local_rank);
+      T* packed = scratch_.get<T>(N * rc + H * rc); // group g = blocks of ranks (0, g), ..., (H-1, g)
+      T* pieces_d = packed + N * rc;
+      for (std::size_t g = 0; g < n; ++g)
+        for (std::size_t h = 0; h < H; ++h)
+          d2d(packed + (g * H + h) * rc, in + static_cast<std::size_t>(L.members[h][g]) * rc, rc, stream);
+      T* group = packed + l * H * rc;
+      local_.reduce_scatter(packed, group, H * rc, part, stream);
+      if (direct_) {
+        sync(stream);
+        BRAID_MPI_CHECK_CTX(MPI_Alltoall(group, static_cast<int>(rc), t, pieces_d, static_cast<int>(rc), t, hc_.cross.get()), ctx());
+        reduce_pieces(pieces_d, L.hosts, rc, out, op);
+        return;
+      }
+      T* hg = pinned_.get<T>(2 * H * rc);
+      T* hres = hg + H * rc;
+      d2h(hg, group, H * rc, stream);
+      sync(stream);
+      T* pieces = host_staging<T>(H * rc);
+      BRAID_MPI_CHECK_CTX(MPI_Alltoall(hg, static_cast<int>(rc), t, pieces, static_cast<int>(rc), t, hc_.cross.get()), ctx());
+      reduce_pieces(pieces, L.hosts, rc, hres, op);
+      h2d(out, hres, rc, stream);
+      return;
+    }
+    // Leaders: the host's partial of everything, then each leader reduces its own host's blocks.
+    const std::size_t hn = static_cast<std::size_t>(L.local_size) * rc;
+    T* buf = scratch_.get<T>(N * rc + hn);
+    T* host_result = buf + N * rc; // this host's blocks, by local rank
+    local_.reduce(in, buf, N * rc, 0, part, stream);
+    if (L.local_rank == 0) {
+      std::vector<int> sc(H), so(H), rcn(H), ro(H);
+      const int mine = L.host_size[static_cast<std::size_t>(L.host)] * static_cast<int>(rc);
+      T* send = direct_ ? pieces_dev_.get<T>(N * rc + H * static_cast<std::size_t>(mine)) : pinned_.get<T>(N * rc + H * static_cast<std::size_t>(mine));
+      T* recv = send + N * rc;
+      for (std::size_t h = 0, o = 0; h < H; ++h) {
+        so[h] = static_cast<int>(o);
+        for (int q : L.members[h]) {
+          if (direct_) d2d(send + o, buf + static_cast<std::size_t>(q) * rc, rc, stream);
+          else d2h(send + o, buf + static_cast<std::size_t>(q) * rc, rc, stream);
+          o += rc;
+        }
+        sc[h] = static_cast<int>(o) - so[h];
+        rcn[h] = mine;
+        ro[h] = static_cast<int>(h) * mine;
+      }
+      sync(stream);
+      if (direct_) {
+        // recv lies in pieces_dev_ after send; reduce_pieces (device) reads it there.
+        BRAID_MPI_CHECK_CTX(MPI_Alltoallv(send, sc.data(), so.data(), t, recv, rcn.data(), ro.data(), t, hc_.cross.get()), ctx());
+        reduce_pieces(recv, L.hosts, static_cast<std::size_t>(mine), host_result, op);
+      } else {
+        T* hres = host_staging<T>(static_cast<std::size_t>(mine));
+        BRAID_MPI_CHECK_CTX(MPI_Alltoallv(send, sc.data(), so.data(), t, recv, rcn.data(), ro.data(), t, hc_.cross.get()), ctx());
+        reduce_pieces(recv, L.hosts, static_cast<std::size_t>(mine), hres, op);
+        h2d(host_result, hres, static_cast<std::size_t>(mine), stream);
+      }
+    }
+    local_.broadcast(host_result, host_result, hn, 0, stream);
+    d2d(out, host_result + static_cast<std::size_t>(L.local_rank) * rc, rc, stream);
+  }
+
+  template <class T> void do_all_gather(const T* in, T* out, std::size_t sc, cudaStream_t stream) {
+    const host_layout& L = hc_.layout;
+    if (sc == 0) return;
+    if (L.hosts == 1) return local_.all_gather(in, out, sc, stream);
+    const std::size_t H = static_cast<std::size_t>(L.hosts), N = static_cast<std::size_t>(L.size);
+    const MPI_Datatype t = type_of(sizeof(T));
+    if (L.uniform) {
+      const std::size_t n = static_cast<std::size_t>(L.local_size), l = static_cast<std::size_t>(L.local_rank);
+      T* buf = scratch_.get<T>(N * sc); // group g = blocks of ranks (0, g), ..., (H-1, g)
+      T* group = buf + l * H * sc;
+      if (direct_) {
+        sync(stream);
+        BRAID_MPI_CHECK_CTX(MPI_Allgather(in, static_cast<int>(sc), t, group, static_cast<int>(sc), t, hc_.cross.get()), ctx());
+      } else {
+        T* h = pinned_.get<T>(sc + H * sc);
+        d2h(h, in, sc, stream);
+        sync(stream);
+        BRAID_MPI_CHECK_CTX(MPI_Allgather(h, static_cast<int>(sc), t, h + sc, static_cast<int>(sc), t, hc_.cross.get()), ctx());
+        h2d(group, h + sc, H * sc, stream);
+      }
+      local_.all_gather(group, buf, H * sc, stream);
+      for (std::size_t g = 0; g < n; ++g)
+        for (std::size_t h = 0; h < H; ++h) d2d(out + static_cast<std::size_t>(L.members[h][g]) * sc, buf + (g * H + h) * sc, sc, stream);
+      return;
+    }
+    const std::size_t hn = static_cast<std::size_t>(L.local_size) * sc;
+    T* buf = scratch_.get<T>(hn + N * sc);
+    T* all = buf + hn; // blocks by (host, local rank)
+    local_.all_gather(in, buf, sc, stream);
+    if (L.local_rank == 0) {
+      std::vector<int> cnt(H), off(H);
+      for (std::size_t h = 0, o = 0; h < H; ++h) {
+        cnt[h] = L.host_size[h] * static_cast<int>(sc);
+        off[h] = static_cast<int>(o);
+        o += static_cast<std::size_t>(cnt[h]);
+      }
+      if (direct_) {
+        sync(stream);
+        BRAID_MPI_CHECK_CTX(MPI_Allgatherv(buf, static_cast<int>(hn), t, all, cnt.data(), off.data(), t, hc_.cross.get()), ctx());
+      } else {
+        T* h = pinned_.get<T>(hn + N * sc);
+        d2h(h, buf, hn, stream);
+        sync(stream);
+        BRAID_MPI_CHECK_CTX(MPI_Allgatherv(h, static_cast<int>(hn), t, h + hn, cnt.data(), off.data(), t, hc_.cross.get()), ctx());
+        h2d(all, h + hn, N * sc, stream);
+      }
+    }
+    local_.broadcast(all, all, N * sc, 0, stream);
+    for (std::size_t h = 0, o = 0; h < H; ++h)
+      for (int q : L.members[h]) {
+        d2d(out + static_cast<std::size_t>(q) * sc, all + o, sc, stream);
+        o += sc;
+      }
+  }
+
+  // MPI_Bcast of device data[0, count) over the cross communicator from member `root`.
+  template <class T> void cross_broadcast(T* data, std::size_t count, int root, cudaStream_t stream) {
+    const MPI_Datatype t = type_of(sizeof(T));
+    const int c = static_cast<int>(count);
+    if (direct_) {
+      sync(stream);
+      BRAID_MPI_CHECK_CTX(MPI_Bcast(data, c, t, root, hc_.cross.get()), ctx());
+      return;
+    }
+    T* h = pinned_.get<T>(count);
+    if (hc_.layout.host == root) d2h(h, data, count, stream);
+    sync(stream);
+    BRAID_MPI_CHECK_CTX(MPI_Bcast(h, c, t, root, hc_.cross.get()), ctx());
+    if (hc_.layout.host != root) h2d(data, h, count, stream);
+  }
+
+  template <class T> void do_broadcast(const T* in, T* out, std::size_t count, int root, cudaStream_t stream) {
+    const host_layout& L = hc_.layout;
+    if (count == 0) return;
+    if (L.hosts == 1) return local_.broadcast(in, out, count, root, stream);
+    const int rh = L.host_of[static_cast<std::size_t>(root)], rl = L.local_of[static_cast<std::size_t>(root)];
+    if (L.uniform) {
+      if (L.rank == root) d2d(out, in, count, stream);
+      if (L.local_rank == rl) cross_broadcast(out, count, rh, stream);
+      local_.broadcast(out, out, count, rl, stream);
+      return;
+    }
+    if (L.host == rh) local_.broadcast(in, out, count, rl, stream);
+    if (L.local_rank == 0) cross_broadcast(out, count, rh, stream);
+    if (L.host != rh) local_.broadcast(out, out, count, 0, stream);
+  }
+
+  host_comms hc_;
+  cuda::process_communicator local_;
+  int device_ = 0;
+  bool direct_ = false;
+  std::size_t chunk_bytes_ = 0;
+  bool live_ = false, failed_ = false;
+  std::string failure_;
+  const char* what_ = nullptr;
+  std::uint64_t seq_ = 0;
+  std::map<std::size_t, MPI_Datatype> types_;
+  cuda_mpi_detail::device_scratch scratch_, pieces_dev_, sink_;
+  cuda_mpi_detail::pinned_memory pinned_;
+  std::vector<std::uint64_t> staging_;
+  std::array<cuda_mpi_detail::owned_event, 2> events_;
+  cuda_mpi_detail::owned_event done_;
+  cuda_mpi_detail::owned_stream side_;
+  stats_t stats_;
+};
+
+} // namespace braid::mpi
