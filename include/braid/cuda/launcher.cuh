@@ -207,6 +207,9 @@ inline void raise_recorded(cuda_detail::device_abort* ab, int rank_) {
                              std::to_string(first.peer) + " at step " + std::to_string(first.step) + " on the " +
                              gpu::device_kind() + hint, c);
   }
+  if (first.code == static_cast<unsigned>(errc::peer_failed))
+    raise(errc::peer_failed, "rank " + std::to_string(first.peer) + "'s process ended while the group was open (seen by rank " +
+                                 std::to_string(first.rank) + "); the group is stopped", c);
   if (first.code == static_cast<unsigned>(errc::mismatch))
     raise(errc::mismatch, "mismatched calls: rank " + std::to_string(first.rank) + " found that rank " + std::to_string(first.peer) +
                               "'s call differs from its own in collective, element type, operator, count, root or algorithm "

@@ -302,6 +302,8 @@ public:
           s_.reset();
           return;
         }
+        // Peers may exit once past the barrier below: stop watching them first.
+        if (s.dev) s.dev->watch.stop();
         s.maps.close_all();
         s.host.barrier();
       } catch (...) {
@@ -474,6 +476,22 @@ private:
     if (dp != m)
       raise(errc::unsupported, "registered host memory has a different address on GPU " + std::to_string(s.device) +
                                    " (the device path needs canUseHostPointerForRegisteredMem)", ctx);
+    // The peers' processes, watched (peer_watch): the pids of every rank, a pidfd for each other
+    // process (ranks that are threads of this process are not watched; a kernel without pidfd_open
+    // leaves a peer unwatched, found at the deadline instead).
+    {
+      std::vector<std::int64_t> pids(static_cast<std::size_t>(n));
+      const std::int64_t me = static_cast<std::int64_t>(::getpid());
+      s.host.all_gather(&me, pids.data(), 1);
+      for (int q = 0; q < n; ++q) {
+        if (q == r || pids[static_cast<std::size_t>(q)] == me) continue;
+        const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pids[static_cast<std::size_t>(q)]), 0));
+        if (pidfd < 0) continue;
+        d->watch.fds.push_back(pidfd);
+        d->watch.ranks.push_back(q);
+      }
+    }
+    d->watch.start(d->abort.rec(), r);
     // This rank alone on its GPU: a launch serves one rank, and the error-record slot of its kernels
     // is 1 + rank.
     auto set = std::make_shared<detail::device_set>();

@@ -24,7 +24,12 @@
 
 #include <set>
 
+#include <cerrno>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 namespace braid::cuda {
 
@@ -97,6 +102,55 @@ struct event {
   }
 };
 
+// Device path: a thread that watches the peers' processes (one pidfd each, blocked in poll(), no
+// CPU) and, when one ends while this rank's communicator is open, records peer_failed (rank: this
+// one, peer: the dead one) in the group's abort record. Every kernel of the group, waiting for the
+// dead rank's progress, then returns at its next check, well before the deadline. Stopped by close()
+// before its final barrier, so a peer that exits after closing normally is never reported.
+struct peer_watch {
+  std::thread t;
+  int wake = -1;          // eventfd: stop()
+  std::vector<int> fds;   // pidfd per watched peer
+  std::vector<int> ranks; // their ranks
+  bool watching() const noexcept { return t.joinable(); }
+  void start(cuda_detail::device_abort* rec, int me) {
+    if (fds.empty()) return;
+    wake = ::eventfd(0, EFD_CLOEXEC);
+    if (wake < 0) return; // no watcher: a dead peer is then found at the deadline, as before
+    t = std::thread([this, rec, me] {
+      std::vector<pollfd> p;
+      for (int fd : fds) p.push_back(pollfd{fd, POLLIN, 0});
+      p.push_back(pollfd{wake, POLLIN, 0});
+      for (;;) {
+        if (::poll(p.data(), p.size(), -1) < 0) {
+          if (errno == EINTR) continue;
+          return;
+        }
+        if (p.back().revents) return;
+        for (std::size_t i = 0; i + 1 < p.size(); ++i)
+          if (p[i].revents) {
+            cuda_detail::record_failure({rec, cuda_detail::abort_host_slot},
+                                        cuda_detail::device_error{static_cast<unsigned>(errc::peer_failed), me, ranks[i], -6, 0});
+            return;
+          }
+      }
+    });
+  }
+  void stop() noexcept {
+    if (t.joinable()) {
+      const std::uint64_t one = 1;
+      (void)!::write(wake, &one, sizeof one);
+      t.join();
+    }
+    if (wake >= 0) ::close(wake);
+    wake = -1;
+    for (int fd : fds) ::close(fd);
+    fds.clear();
+    ranks.clear();
+  }
+  ~peer_watch() { stop(); }
+};
+
 // The device path's memory and launch state (process_path::device).
 struct shared_abort_page {
   void* p = nullptr; // host-mapped, registered, the same address for the host and the kernels
@@ -118,6 +172,7 @@ struct device_path_state {
   unsigned blocks = 1, threads = 512;
   u64 launches = 0;
   std::uint64_t call_word = 0, calls = 0; // this rank's call word chain (rank_call::call_word), calls made
+  peer_watch watch;                        // after `abort`: stopped before the record is unmapped
   ~device_path_state() {
     if (!set) return;
     for (auto& [seq, c] : set->calls) detail::give_back_locked(*set, *c);
