@@ -15,9 +15,10 @@
 //
 // How the inter-host step reaches device memory (cuda_options::buffers, describe()):
 //  * host (staged): the rank's piece is copied to pinned host memory, MPI works there, the result is
-//    copied back. all_reduce on a uniform layout pipelines this by chunks of chunk_bytes of the rank's
-//    slice: while MPI exchanges chunk k, the GPU runs the intra-host reduce_scatter of chunk k+1 and
-//    its copy to the host, and the intra-host all_gather of chunk k-1.
+//    copied back.
+//  all_reduce on a uniform layout pipelines the inter-host step by chunks of chunk_bytes of the rank's
+//  slice: while MPI exchanges chunk k, the GPU runs the intra-host reduce_scatter of chunk k+1 (and
+//  its copy to the host) — on the host communicator's device path, whose calls return at once.
 //  * device (CUDA-aware MPI): MPI reads and writes device memory itself; the pieces from other hosts
 //    are reduced on the GPU (the same reduce kernel as process_communicator's host path).
 //  automatic picks device where the MPI library says it is CUDA-aware (MPIX_CUDA_AWARE_SUPPORT at
@@ -29,16 +30,17 @@
 //  * Identical bits on every rank; reduction order: inside a host, braid's CUDA communicator's
 //    algorithm (for up to 16 ranks per host the direct reduce_scatter/reduce the host communicator
 //    uses too), across hosts the host partials in host order 0..H-1 in the accumulator type, finalize
-//    (avg) once with the world size at the end. tests/mpi/test_mpi_cuda.cpp checks the bits against
+//    (avg) once with the world size at the end. test_mpi_cuda (tests/mpi/test_mpi.cpp) checks the bits against
 //    braid::mpi::communicator's on the same inputs.
 //  * Any element type and operator braid supports on the GPU; MPI moves bytes only.
 //  * Calls take a stream. With one host a call is the CUDA communicator's (stream-ordered; on the
-//    device path it returns at once). With several hosts a call returns once its inter-host step is
-//    done; the last intra-host stage (all_gather, broadcast, copies) is still enqueued on `stream`.
-//    Work the caller enqueued on `stream` before the call is waited for (the inter-host step needs it).
+//    device path it returns at once). With several hosts a rank in the inter-host step waits for
+//    `stream` (work enqueued before the call must be able to finish), runs MPI and returns with the
+//    last intra-host stage still enqueued; a rank with no part in it only enqueues its stages.
+//    Consecutive calls are ordered whatever their streams (each waits for the previous one's event).
 //  * Bad arguments raise invalid_argument before anything moves; any error during a call (MPI's as
 //    braid::system_error, the CUDA communicator's, a CUDA error) makes the communicator refuse further
-//    calls (usage_error). Waits inside MPI have MPI's semantics (no deadline); waits inside a host have
+//    calls (usage_error) and aborts the host's CUDA communicator. Waits inside MPI have MPI's semantics (no deadline); waits inside a host have
 //    braid's deadline (BRAID_TIMEOUT), and on the device path they run inside kernels that wait for a
 //    host peer still in MPI: an inter-host step longer than the deadline is reported as a timeout.
 // Needs <mpi.h> and CUDA (nvcc, or braid's emulated device): not part of <braid/braid.hpp>.
@@ -91,13 +93,15 @@ inline bool mpi_says_cuda_aware() {
 #endif
 }
 
-// Grow-only memory of one kind; freeing device memory synchronises the device (cudaFree does).
+// Grow-only memory of one kind. Growing first waits for `in_use` (the event after the previous
+// call's last copy): the host-side free does not wait for copies still reading the old block.
 struct pinned_memory {
   void* p = nullptr;
   std::size_t bytes = 0;
-  template <class T> T* get(std::size_t count) {
+  template <class T> T* get(std::size_t count, cudaEvent_t in_use) {
     const std::size_t want = std::max<std::size_t>(count * sizeof(T), 64);
     if (want > bytes) {
+      if (p) BRAID_CUDA_CHECK(cudaEventSynchronize(in_use));
       reset();
       std::size_t b = 4096;
       while (b < want) b *= 2;
@@ -126,9 +130,10 @@ struct pinned_memory {
 struct device_scratch {
   void* p = nullptr;
   std::size_t bytes = 0;
-  template <class T> T* get(std::size_t count) {
+  template <class T> T* get(std::size_t count, cudaEvent_t in_use) {
     const std::size_t want = std::max<std::size_t>(count * sizeof(T), 256);
     if (want > bytes) {
+      if (p) BRAID_CUDA_CHECK(cudaEventSynchronize(in_use));
       reset();
       std::size_t b = 4096;
       while (b < want) b *= 2;
@@ -197,6 +202,7 @@ public:
       hc_ = std::move(o.hc_);
       local_ = std::move(o.local_);
       device_ = o.device_;
+      max_pitch_ = o.max_pitch_;
       direct_ = o.direct_;
       chunk_bytes_ = o.chunk_bytes_;
       live_ = std::exchange(o.live_, false);
@@ -225,34 +231,57 @@ public:
     const host_layout& L = hc_.layout;
     if (o.chunk_bytes < 256) raise(errc::invalid_argument, "cuda_options::chunk_bytes must be at least 256", error_context{L.rank, "cuda_communicator", 0, -1});
     // The host's CPU communicator first (MPI carries its id), then the CUDA communicator over it.
+    const error_context cx{L.rank, "cuda_communicator", 0, -1};
+    direct_ = o.buffers == mpi_buffers::device || (o.buffers == mpi_buffers::automatic && cuda_mpi_detail::mpi_says_cuda_aware());
+    const char* env = o.buffers == mpi_buffers::automatic ? std::getenv("BRAID_MPI_CUDA_AWARE") : nullptr;
     braid::communicator host = join_local(hc_.world.get(), hc_.local.get(), o.local.base);
     std::exception_ptr failure;
     try {
+      if (env && *env) {
+        if (std::strcmp(env, "0") != 0 && std::strcmp(env, "1") != 0)
+          raise(errc::invalid_argument, std::string("BRAID_MPI_CUDA_AWARE must be 0 or 1, got '") + env + "'", cx);
+        direct_ = env[0] == '1';
+      }
+      // The device-memory reduction takes at most max_ranks pieces (process_communicator's bound).
+      if (direct_ && L.hosts > cuda::ipc_detail::max_ranks)
+        raise(errc::unsupported, "MPI on device memory: at most " + std::to_string(cuda::ipc_detail::max_ranks) + " hosts", cx);
       if (device < 0) {
         int count = 0;
         BRAID_CUDA_CHECK(cudaGetDeviceCount(&count));
-        if (count < 1) raise(errc::unsupported, "no CUDA device", error_context{L.rank, "cuda_communicator", 0, -1});
+        if (count < 1) raise(errc::unsupported, "no CUDA device", cx);
         device = L.local_rank % count;
       }
       local_ = cuda::process_communicator(std::move(host), device, o.local);
+      cuda_detail::device_guard dg(device);
+      int pitch = 0;
+      BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&pitch, cudaDevAttrMaxPitch, device));
+      max_pitch_ = static_cast<std::size_t>(static_cast<unsigned>(pitch));
+      for (auto& e : events_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e.e, cudaEventDisableTiming));
+      BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&done_.e, cudaEventDisableTiming));
+      BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&side_.s, cudaStreamNonBlocking));
     } catch (...) {
       failure = std::current_exception();
+      // Release this host's peers: from the host communicator if it was not handed on yet, else from
+      // the CUDA communicator (which aborts its own host communicator when its constructor fails).
+      try {
+        if (host.valid()) host.abort();
+        else if (local_.valid()) local_.abort();
+      } catch (...) {
+      }
     }
-    // A rank whose CUDA communicator failed has told its host's peers (they raise too); other hosts
-    // learn it here rather than hanging in their first call.
+    // Every rank learns here whether every other one is set up, rather than hanging in a first call.
     int bad = failure ? 1 : 0, any = 0;
     BRAID_MPI_CHECK(MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, hc_.world.get()));
     if (failure) std::rethrow_exception(failure);
-    if (any) raise(errc::peer_failed, "braid::mpi::cuda_communicator: another rank failed to set up its CUDA communicator");
+    if (any) {
+      try {
+        local_.abort(); // closing would wait at a barrier for peers that failed
+      } catch (...) {
+      }
+      raise(errc::peer_failed, "braid::mpi::cuda_communicator: another rank failed to set up its CUDA communicator");
+    }
     device_ = device;
     chunk_bytes_ = o.chunk_bytes;
-    direct_ = o.buffers == mpi_buffers::device || (o.buffers == mpi_buffers::automatic && cuda_mpi_detail::mpi_says_cuda_aware());
-    if (o.buffers == mpi_buffers::automatic)
-      if (const char* v = std::getenv("BRAID_MPI_CUDA_AWARE"); v && *v) direct_ = std::strcmp(v, "0") != 0;
-    cuda_detail::device_guard dg(device_);
-    for (auto& e : events_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e.e, cudaEventDisableTiming));
-    BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&done_.e, cudaEventDisableTiming));
-    BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&side_.s, cudaStreamNonBlocking));
     live_ = true;
   }
 
@@ -282,7 +311,8 @@ public:
   struct stats_t {
     std::uint64_t chunks = 0;        // all_reduce chunks through the inter-host step
     std::uint64_t staged_bytes = 0;  // device <-> pinned host copies of the inter-host step
-    std::uint64_t overlapped = 0;    // chunks whose MPI exchange ran with a later chunk already enqueued
+    std::uint64_t ahead = 0;         // chunks whose MPI exchange began with a later chunk already enqueued
+    std::uint64_t gpu_busy = 0;      // ... and that later chunk's GPU work not yet done (measured: overlap)
   };
   const stats_t& stats() const { return stats_; }
 
@@ -299,7 +329,7 @@ public:
     check<collective::reduce>(in, out, count, root);
     call("reduce", stream, [&] {
       if (rank() == root) return do_all_reduce(in, out, count, op, stream);
-      T* sink = sink_.get<T>(count);
+      T* sink = sink_.get<T>(count, done_.e);
       do_all_reduce(in, sink, count, op, stream);
     });
   }
@@ -393,6 +423,13 @@ private:
     } catch (const std::exception& e) {
       failed_ = true;
       failure_ = e.what();
+      // This host's peers may wait for this rank in the CUDA communicator: release them (they raise
+      // aborted_error); and let the destructor wait for whatever this call left on the stream.
+      try {
+        local_.abort();
+      } catch (...) {
+      }
+      (void)cudaEventRecord(done_.e, stream);
       throw;
     }
   }
@@ -437,6 +474,10 @@ private:
   // rows x width elements between pitched layouts (pitches in elements).
   template <class T> void d2d_2d(T* dst, std::size_t dpitch, const T* src, std::size_t spitch, std::size_t width, std::size_t rows, cudaStream_t st) {
     if (!width || !rows) return;
+    if (std::max(dpitch, spitch) * sizeof(T) > max_pitch_) {
+      for (std::size_t i = 0; i < rows; ++i) d2d(dst + i * dpitch, src + i * spitch, width, st);
+      return;
+    }
     BRAID_CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch * sizeof(T), src, spitch * sizeof(T), width * sizeof(T), rows, cudaMemcpyDeviceToDevice, st));
   }
 
@@ -476,7 +517,7 @@ private:
       ro[static_cast<std::size_t>(j)] = j * mine;
     }
     const std::size_t np = static_cast<std::size_t>(H) * static_cast<std::size_t>(mine);
-    T* pieces = direct_ ? pieces_dev_.get<T>(np) : host_staging<T>(np);
+    T* pieces = direct_ ? pieces_dev_.get<T>(np, done_.e) : host_staging<T>(np);
     const MPI_Datatype t = type_of(sizeof(T));
     BRAID_MPI_CHECK_CTX(MPI_Alltoallv(data, cnt.data(), off.data(), t, pieces, rc.data(), ro.data(), t, comm), ctx());
     reduce_pieces(pieces, H, static_cast<std::size_t>(mine), data + off[static_cast<std::size_t>(me)], op);
@@ -492,7 +533,7 @@ private:
       cross_all_reduce(data, n, hc_.cross.get(), L.hosts, L.host, op);
       return;
     }
-    T* h = pinned_.get<T>(n);
+    T* h = pinned_.get<T>(n, done_.e);
     d2h(h, data, n, stream);
     sync(stream);
     cross_all_reduce(h, n, hc_.cross.get(), L.hosts, L.host, op);
@@ -505,7 +546,7 @@ private:
     if (L.hosts == 1) return local_.all_reduce(in, out, count, op, stream);
     const detail::without_finalize<Op, T> part{op};
     if (!L.uniform) {
-      T* buf = scratch_.get<T>(count);
+      T* buf = scratch_.get<T>(count, done_.e);
       local_.reduce(in, buf, count, 0, part, stream);
       if (L.local_rank == 0) cross_all_reduce_device(buf, count, stream, op);
       local_.broadcast(buf, out, count, 0, stream);
@@ -516,19 +557,18 @@ private:
     // of every block is packed (n rows of c), reduce_scattered inside the host (rank l keeps its row:
     // the elements of its slice, reduced in the same order as by one reduce_scatter of the whole),
     // exchanged across hosts, all_gathered inside the host and unpacked into place.
-    const std::size_t n = static_cast<std::size_t>(L.local_size), l = static_cast<std::size_t>(L.local_rank);
+    const std::size_t n = static_cast<std::size_t>(L.local_size);
     const std::size_t s = (count + n - 1) / n, padded = s * n;
     const std::size_t c = std::max<std::size_t>(1, std::min(s, chunk_bytes_ / sizeof(T)));
     const std::size_t K = (s + c - 1) / c;
     constexpr std::size_t depth = std::tuple_size_v<decltype(events_)>; // chunks in flight
     // Scratch: the padded copy (when count is not a multiple of n), `depth` packed chunks, the slice.
     const std::size_t pad_elems = padded == count ? 0 : padded;
-    T* base = scratch_.get<T>(pad_elems + depth * n * c + s);
+    T* base = scratch_.get<T>(pad_elems + depth * n * c + s, done_.e);
     T* work = pad_elems ? base : nullptr;
     T* packed = base + pad_elems;
     T* slice = packed + depth * n * c;
-    T* hslice = direct_ ? nullptr : pinned_.get<T>(s);
-    (void)l;
+    T* hslice = direct_ ? nullptr : pinned_.get<T>(s, done_.e);
     const T* src = in;
     T* dst = out;
     if (work) {
@@ -551,7 +591,11 @@ private:
     for (std::size_t k = 0; k < K; ++k) {
       const std::size_t o = k * c, w = std::min(c, s - o);
       sync_event(events_[k % depth].e);
-      if (enqueued > k + 1) ++stats_.overlapped; // a later chunk's GPU work is queued beside this MPI step
+      if (enqueued > k + 1) {
+        ++stats_.ahead; // a later chunk's GPU work is queued beside this MPI step
+        if (cudaEventQuery(events_[(k + 1) % depth].e) == cudaErrorNotReady) ++stats_.gpu_busy;
+        (void)cudaGetLastError();
+      }
       ++stats_.chunks;
       if (direct_) {
         cross_all_reduce(slice + o, w, hc_.cross.get(), L.hosts, L.host, op);
@@ -576,7 +620,7 @@ private:
     const MPI_Datatype t = type_of(sizeof(T));
     if (L.uniform) {
       const std::size_t n = static_cast<std::size_t>(L.local_size), l = static_cast<std::size_t>(L.local_rank);
-      T* packed = scratch_.get<T>(N * rc + H * rc); // group g = blocks of ranks (0, g), ..., (H-1, g)
+      T* packed = scratch_.get<T>(N * rc + H * rc, done_.e); // group g = blocks of ranks (0, g), ..., (H-1, g)
       T* pieces_d = packed + N * rc;
       for (std::size_t g = 0; g < n; ++g)
         for (std::size_t h = 0; h < H; ++h)
@@ -589,7 +633,7 @@ private:
         reduce_pieces(pieces_d, L.hosts, rc, out, op);
         return;
       }
-      T* hg = pinned_.get<T>(2 * H * rc);
+      T* hg = pinned_.get<T>(2 * H * rc, done_.e);
       T* hres = hg + H * rc;
       d2h(hg, group, H * rc, stream);
       sync(stream);
@@ -601,13 +645,13 @@ private:
     }
     // Leaders: the host's partial of everything, then each leader reduces its own host's blocks.
     const std::size_t hn = static_cast<std::size_t>(L.local_size) * rc;
-    T* buf = scratch_.get<T>(N * rc + hn);
+    T* buf = scratch_.get<T>(N * rc + hn, done_.e);
     T* host_result = buf + N * rc; // this host's blocks, by local rank
     local_.reduce(in, buf, N * rc, 0, part, stream);
     if (L.local_rank == 0) {
       std::vector<int> sc(H), so(H), rcn(H), ro(H);
       const int mine = L.host_size[static_cast<std::size_t>(L.host)] * static_cast<int>(rc);
-      T* send = direct_ ? pieces_dev_.get<T>(N * rc + H * static_cast<std::size_t>(mine)) : pinned_.get<T>(N * rc + H * static_cast<std::size_t>(mine));
+      T* send = direct_ ? pieces_dev_.get<T>(N * rc + H * static_cast<std::size_t>(mine), done_.e) : pinned_.get<T>(N * rc + H * static_cast<std::size_t>(mine), done_.e);
       T* recv = send + N * rc;
       for (std::size_t h = 0, o = 0; h < H; ++h) {
         so[h] = static_cast<int>(o);
@@ -644,13 +688,13 @@ private:
     const MPI_Datatype t = type_of(sizeof(T));
     if (L.uniform) {
       const std::size_t n = static_cast<std::size_t>(L.local_size), l = static_cast<std::size_t>(L.local_rank);
-      T* buf = scratch_.get<T>(N * sc); // group g = blocks of ranks (0, g), ..., (H-1, g)
+      T* buf = scratch_.get<T>(N * sc, done_.e); // group g = blocks of ranks (0, g), ..., (H-1, g)
       T* group = buf + l * H * sc;
       if (direct_) {
         sync(stream);
         BRAID_MPI_CHECK_CTX(MPI_Allgather(in, static_cast<int>(sc), t, group, static_cast<int>(sc), t, hc_.cross.get()), ctx());
       } else {
-        T* h = pinned_.get<T>(sc + H * sc);
+        T* h = pinned_.get<T>(sc + H * sc, done_.e);
         d2h(h, in, sc, stream);
         sync(stream);
         BRAID_MPI_CHECK_CTX(MPI_Allgather(h, static_cast<int>(sc), t, h + sc, static_cast<int>(sc), t, hc_.cross.get()), ctx());
@@ -662,7 +706,7 @@ private:
       return;
     }
     const std::size_t hn = static_cast<std::size_t>(L.local_size) * sc;
-    T* buf = scratch_.get<T>(hn + N * sc);
+    T* buf = scratch_.get<T>(hn + N * sc, done_.e);
     T* all = buf + hn; // blocks by (host, local rank)
     local_.all_gather(in, buf, sc, stream);
     if (L.local_rank == 0) {
@@ -676,7 +720,7 @@ private:
         sync(stream);
         BRAID_MPI_CHECK_CTX(MPI_Allgatherv(buf, static_cast<int>(hn), t, all, cnt.data(), off.data(), t, hc_.cross.get()), ctx());
       } else {
-        T* h = pinned_.get<T>(hn + N * sc);
+        T* h = pinned_.get<T>(hn + N * sc, done_.e);
         d2h(h, buf, hn, stream);
         sync(stream);
         BRAID_MPI_CHECK_CTX(MPI_Allgatherv(h, static_cast<int>(hn), t, h + hn, cnt.data(), off.data(), t, hc_.cross.get()), ctx());
@@ -700,7 +744,7 @@ private:
       BRAID_MPI_CHECK_CTX(MPI_Bcast(data, c, t, root, hc_.cross.get()), ctx());
       return;
     }
-    T* h = pinned_.get<T>(count);
+    T* h = pinned_.get<T>(count, done_.e);
     if (hc_.layout.host == root) d2h(h, data, count, stream);
     sync(stream);
     BRAID_MPI_CHECK_CTX(MPI_Bcast(h, c, t, root, hc_.cross.get()), ctx());
@@ -726,6 +770,7 @@ private:
   host_comms hc_;
   cuda::process_communicator local_;
   int device_ = 0;
+  std::size_t max_pitch_ = 0; // cudaDevAttrMaxPitch: 2-D copies with a wider pitch go row by row
   bool direct_ = false;
   std::size_t chunk_bytes_ = 0;
   bool live_ = false, failed_ = false;
