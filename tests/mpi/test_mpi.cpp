@@ -34,6 +34,7 @@
 #include <span>
 #include <string>
 #include <vector>
+#include <type_traits>
 
 namespace {
 
@@ -262,6 +263,15 @@ template <class T> void check_copies(comm_type& c, std::size_t count) {
 
 template <class T> void check_type(comm_type& c, const std::vector<std::size_t>& counts) {
   for (std::size_t count : counts) {
+#ifdef BRAID_TEST_MPI_CUDA
+    // The device build: every operator on float, sum and the copies on the other types (each
+    // operator x type is a kernel instantiation; this keeps the emulated build short).
+    if constexpr (!std::is_same_v<T, float>) {
+      check_reductions<T, braid::sum<>>(c, braid::op_kind::sum, count);
+      check_copies<T>(c, count);
+      continue;
+    }
+#endif
     check_reductions<T, braid::sum<>>(c, braid::op_kind::sum, count);
     check_reductions<T, braid::prod<>>(c, braid::op_kind::prod, count);
     check_reductions<T, braid::min<>>(c, braid::op_kind::min, count);
