@@ -45,6 +45,7 @@ std::shared_ptr<comm> connect(braid::communicator host, int device, const comm_o
   if (o.reduce_blocks > 0) po.reduce_blocks = o.reduce_blocks;
   if (o.threads > 0) po.threads = o.threads;
   po.path = static_cast<braid::cuda::process_path>(o.path);
+  if (o.spin_us >= 0) po.spin = std::chrono::microseconds(o.spin_us);
   auto c = std::make_shared<comm>();
   c->pc = braid::cuda::process_communicator(std::move(host), device, po);
   BRAID_CUDA_CHECK(cudaSetDevice(c->pc.device()));
@@ -73,6 +74,13 @@ template <class T, class Op> void run_typed(comm& c, const gpu_test::call& k, Op
 void run(comm& c, const gpu_test::call& k) {
   enqueue(c, k);
   if (c.pc.path() == braid::cuda::process_path::device) finish(c);
+}
+
+namespace {
+void sleep_ms(void* p) { std::this_thread::sleep_for(std::chrono::milliseconds(reinterpret_cast<std::intptr_t>(p))); }
+} // namespace
+void hold_stream(comm& c, int ms) {
+  BRAID_CUDA_CHECK(cudaLaunchHostFunc(c.stream, &sleep_ms, reinterpret_cast<void*>(static_cast<std::intptr_t>(ms))));
 }
 
 bool stream_busy(comm& c) {
@@ -155,9 +163,15 @@ void abort(comm& c) { c.pc.abort(); }
 std::size_t memory_bytes(const comm& c) { return c.pc.memory_bytes(); }
 std::size_t open_handles(const comm& c) { return c.pc.open_handles(); }
 int device_of(const comm& c) { return c.pc.device(); }
+int multiprocessors(const comm& c) {
+  int sms = 0;
+  BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c.pc.device()));
+  return sms;
+}
 stats stats_of(const comm& c) {
   const auto& s = c.pc.stats();
-  return {s.calls, s.rounds, s.staged_bytes, s.copy_engine_bytes, s.direct_read_bytes, s.host_syncs};
+  return {s.calls,      s.rounds,       s.staged_bytes, s.copy_engine_bytes, s.direct_read_bytes,
+          s.host_syncs, s.staged_ahead, s.reduce_grid,  s.blocking_waits};
 }
 
 void* dev_alloc(std::size_t bytes) {
@@ -267,8 +281,9 @@ overlap_result measure_overlap(std::size_t bytes, int nranks, int runs) {
   try {
     rank_threads(nranks, [&](int r) {
       comm_options o;
-      o.copy_engine_min_bytes = 0; // the copy-engine path, whatever the size
+      o.copy_engine_min_bytes = 0; // peers on the same GPU: the reduce kernel reads their memory directly
       o.threads = 256;             // the reduce kernel's blocks fit the kernel's 256-thread holes
+      o.reduce_blocks = 16;        // the grid the experiment leaves room for (below)
       comms[static_cast<std::size_t>(r)] = connect(tg.make(r), 0, o);
       void* p = nullptr;
       BRAID_CUDA_CHECK(cudaMalloc(&p, bytes));

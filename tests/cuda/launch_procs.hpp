@@ -32,6 +32,7 @@ struct comm_options {
   int reduce_blocks = 0;                              // 0: default
   int threads = 0;                                    // threads per block of the reduce kernel; 0: default
   int path = 0;                                       // 0 automatic, 1 host, 2 device (process_path)
+  int spin_us = -1;                                   // process_options::spin; -1: default
 };
 
 // Collective over the ranks of `host`; the GPU is `device` (-1: host.rank() % device count).
@@ -42,6 +43,9 @@ std::shared_ptr<comm> connect(braid::communicator host, int device, const comm_o
 void run(comm& c, const gpu_test::call& call);
 // The call alone: returns when the communicator returns (on the device path: once it is enqueued).
 void enqueue(comm& c, const gpu_test::call& call);
+// Enqueues on the communicator's stream a host function that sleeps `ms` milliseconds: work that
+// keeps the stream busy without a kernel (the next call's wait for the stream waits for it).
+void hold_stream(comm& c, int ms);
 // Whether the communicator's stream still has work (cudaStreamQuery says not ready).
 bool stream_busy(comm& c);
 // Waits for the stream, then raises what a kernel recorded (process_communicator::check()).
@@ -62,9 +66,11 @@ void abort(comm& c);
 std::size_t memory_bytes(const comm& c);
 std::size_t open_handles(const comm& c);
 int device_of(const comm& c);
+int multiprocessors(const comm& c); // of the communicator's GPU (cudaDevAttrMultiProcessorCount)
 
 struct stats {
   std::uint64_t calls, rounds, staged_bytes, copy_engine_bytes, direct_read_bytes, host_syncs;
+  std::uint64_t staged_ahead, reduce_grid, blocking_waits;
 };
 stats stats_of(const comm& c);
 
@@ -78,7 +84,7 @@ void to_host(void* dst, const void* src, std::size_t bytes);
 void dev_fill(void* dst, unsigned char byte, std::size_t bytes);
 
 // The overlap experiment (issue: a compute kernel and a large all_reduce on different streams):
-// `nranks` thread ranks on device 0 run all_reduce of `bytes` of float (copy-engine path) in a loop
+// `nranks` thread ranks on device 0 run all_reduce of `bytes` of float (host path, 16 reduce blocks) in a loop
 // while a compute-bound kernel runs on its own stream; the kernel is timed alone and beside them.
 struct overlap_result {
   double alone_s = 0, beside_s = 0; // compute kernel time, median of the runs

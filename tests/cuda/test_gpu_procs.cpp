@@ -6,14 +6,17 @@
 //   the reference sweep (tests/comm/sweep.hpp's inputs and judge, bit for bit) for 2 and 4 processes:
 //     every collective x the 14 element types with sum, float with every operator; counts 0, 1, 7,
 //     1003 at element offsets 3 and 5, and a large count; out-of-place and in-place; inputs staged
-//     and registered; both data paths (copy engines, and the reduce kernel reading peers directly);
+//     and registered; both data paths (copy engines for peers on other GPUs, and the reduce kernel
+//     reading peers directly, always for peers on the same GPU);
 //     a small staging size so that calls take many rounds;
 //   a killed process: every survivor raises an error naming a failure within the deadline (device
 //   path: peer_failed naming the dead rank, seen by a pidfd watcher, long before the deadline);
 //   registration: memory that cannot be exported (managed) is refused with unsupported_error, a
 //     registered input is read in place (no staging bytes), handles are closed by deregistration;
 //   a mismatched call (different counts) raises mismatch_error on every rank;
-//   the overlap experiment: a compute-bound kernel's time beside a large copy-engine all_reduce
+//   the host path's pipeline: rounds staged beside the previous round's reads, host round trips per
+//     call (asserted), and a long wait for the stream that sleeps instead of spinning (thread CPU time);
+//   the overlap experiment: a compute-bound kernel's time beside a large all_reduce of the host path
 //     (thread ranks in one process: kernels of one process can run concurrently) grows by <= 10%.
 //
 // The parent never initialises CUDA (it forks); a probe child counts the devices. Without one this
@@ -34,6 +37,10 @@
 #include <vector>
 
 #include <signal.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include <braid/cuda/process_layout.hpp>
 
 #include "comm/sweep.hpp"
 #include "launch_procs.hpp"
@@ -187,16 +194,23 @@ int run_sweep(int n, std::size_t large, const gp::comm_options& o, const char* l
     const gp::stats s = gp::stats_of(*c);
     if (r == 0)
       std::printf("%s, %d processes: %ld cases, %ld failures on rank 0, %.1f s; %llu rounds, staged %llu B, copy engines %llu B, "
-                  "direct reads %llu B; %llu host syncs; device memory %zu B\n",
+                  "direct reads %llu B; %llu host syncs (%llu asleep); %llu rounds staged ahead; device memory %zu B\n",
                   label, n, res.cases, res.failures,
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                   static_cast<unsigned long long>(s.rounds), static_cast<unsigned long long>(s.staged_bytes),
                   static_cast<unsigned long long>(s.copy_engine_bytes), static_cast<unsigned long long>(s.direct_read_bytes),
-                  static_cast<unsigned long long>(s.host_syncs), gp::memory_bytes(*c));
+                  static_cast<unsigned long long>(s.host_syncs), static_cast<unsigned long long>(s.blocking_waits),
+                  static_cast<unsigned long long>(s.staged_ahead), gp::memory_bytes(*c));
+    // Copy engines bring only the pieces of peers on other GPUs; a peer on this rank's GPU is read
+    // in place by the reduce kernel, whatever copy_engine_min_bytes says.
+    bool peer_elsewhere = false, peer_here = false;
+    for (int q = 0; q < n; ++q)
+      if (q != r) (device_for(q) == device_for(r) ? peer_here : peer_elsewhere) = true;
     const bool path_ok = want == expect_path::device         ? gp::path_of(*c) == 2 && s.rounds > static_cast<std::uint64_t>(res.cases) &&
                                                                    s.direct_read_bytes == 0 && s.copy_engine_bytes == 0 && s.host_syncs == 0
                          : gp::path_of(*c) != 1                ? false
-                         : want == expect_path::copy_engines   ? s.direct_read_bytes == 0 && s.copy_engine_bytes > 0
+                         : want == expect_path::copy_engines   ? (peer_elsewhere ? s.copy_engine_bytes > 0 : true) &&
+                                                                   (peer_here ? s.direct_read_bytes > 0 : s.direct_read_bytes == 0)
                          : want == expect_path::direct_reads ? s.direct_read_bytes > 0
                                                              : s.rounds > static_cast<std::uint64_t>(res.cases) && s.direct_read_bytes > 0 &&
                                                                    s.copy_engine_bytes > 0;
@@ -401,6 +415,120 @@ TEST_CASE("device path: chosen for distinct GPUs, stream-ordered, capturable, mi
 // they are the root (neither reads the other, so that call compares nothing) followed by an
 // all_reduce, whose chained call word carries the difference. Every rank raises mismatch_error well
 // before the 60 s deadline.
+// The host path (ranks sharing device 0, its layout) as a pipeline: round k + 1 is staged beside
+// round k's reads, and a call of R rounds blocks the host 3R + 2 times (all_reduce: a wait for the
+// stream before round 0, then per round the all_gather, a wait, a barrier; a last wait) or 2R + 1
+// (reduce_scatter: no barrier). A wait for work that runs long sleeps: the waiting thread's CPU time
+// stays a small part of the wait.
+TEST_CASE("host path: rounds staged ahead, host round trips per call, a long wait for the stream sleeps") {
+  const int n = 3;
+  const auto st = braid::testing::fork_ranks(n, [&](int r, const braid::unique_id& id) {
+    gp::set_device(0);
+    gp::comm_options o;
+    o.staging_bytes = 128 << 10; // 64 KiB halves: many rounds
+    o.timeout = 60s;
+    auto c = gp::connect(braid::communicator::join(id, r, n), 0, o);
+    if (gp::path_of(*c) != 1) return 1;
+    const std::uint64_t half = 64 << 10;
+    const std::size_t count = 40000;
+    auto* in = static_cast<float*>(gp::dev_alloc(n * count * sizeof(float)));
+    auto* out = static_cast<float*>(gp::dev_alloc(n * count * sizeof(float)));
+    auto expect = [&](const char* what, const gp::stats& a, const gp::stats& b, std::uint64_t rounds, std::uint64_t syncs) {
+      const std::uint64_t got_r = b.rounds - a.rounds, got_s = b.host_syncs - a.host_syncs, got_a = b.staged_ahead - a.staged_ahead;
+      if (r == 0)
+        std::printf("host path %s, %d processes: %llu rounds, %llu host syncs (%llu asleep), %llu staged ahead, reduce grid %llu\n", what,
+                    n, static_cast<unsigned long long>(got_r), static_cast<unsigned long long>(got_s),
+                    static_cast<unsigned long long>(b.blocking_waits - a.blocking_waits), static_cast<unsigned long long>(got_a),
+                    static_cast<unsigned long long>(b.reduce_grid));
+      if (got_r == rounds && got_s == syncs && got_a == rounds - 1) return true;
+      std::fprintf(stderr, "rank %d: %s: %llu rounds, %llu host syncs, %llu staged ahead; expected %llu, %llu, %llu\n", r, what,
+                   static_cast<unsigned long long>(got_r), static_cast<unsigned long long>(got_s),
+                   static_cast<unsigned long long>(got_a), static_cast<unsigned long long>(rounds),
+                   static_cast<unsigned long long>(syncs), static_cast<unsigned long long>(rounds - 1));
+      return false;
+    };
+    // all_reduce of 40000 floats.
+    {
+      const auto L = braid::cuda::ipc_detail::fit_layout(collective::all_reduce, n, sizeof(float), half, count);
+      const std::uint64_t R = (count + L.per - 1) / L.per;
+      if (R < 4) return 2; // the case must take several rounds
+      const gp::stats a = gp::stats_of(*c);
+      if (all_reduce_and_count_wrong(*c, n, r, in, out, count, 3) != 0) return 3;
+      if (!expect("all_reduce", a, gp::stats_of(*c), R, 3 * R + 2)) return 4;
+    }
+    // reduce_scatter of 40000 floats per block: rank r gets the sum of every rank's block r.
+    {
+      std::vector<float> h(n * count);
+      for (std::size_t i = 0; i < h.size(); ++i) h[i] = static_cast<float>(r + 1 + static_cast<int>(i % 3));
+      gp::to_device(in, h.data(), h.size() * sizeof(float));
+      braid::gpu_test::call call = float_all_reduce(in, out, count);
+      call.coll = collective::reduce_scatter;
+      const auto L = braid::cuda::ipc_detail::fit_layout(collective::reduce_scatter, n, sizeof(float), half, count);
+      const std::uint64_t R = (count + L.per - 1) / L.per;
+      if (R < 4) return 5;
+      const gp::stats a = gp::stats_of(*c);
+      gp::run(*c, call);
+      if (!expect("reduce_scatter", a, gp::stats_of(*c), R, 2 * R + 1)) return 6;
+      gp::to_host(h.data(), out, count * sizeof(float));
+      for (std::size_t i = 0; i < count; ++i)
+        if (h[i] != static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>((static_cast<std::size_t>(r) * count + i) % 3))) return 7;
+    }
+    // A wait for 300 ms of earlier work on the stream: the thread sleeps once its spin is over.
+    {
+      std::vector<float> h(1000, static_cast<float>(r + 1));
+      gp::to_device(in, h.data(), h.size() * sizeof(float)); // before the hold: this copy waits for the stream
+      gp::hold_stream(*c, 300);
+      const gp::stats a = gp::stats_of(*c);
+      timespec c0{}, c1{};
+      rusage u0{}, u1{};
+      getrusage(RUSAGE_THREAD, &u0);
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+      const auto w0 = std::chrono::steady_clock::now();
+      gp::run(*c, float_all_reduce(in, out, h.size()));
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+      getrusage(RUSAGE_THREAD, &u1);
+      const long wakeups = u1.ru_nvcsw - u0.ru_nvcsw; // voluntary context switches: sleeps
+      const double cpu = static_cast<double>(c1.tv_sec - c0.tv_sec) + static_cast<double>(c1.tv_nsec - c0.tv_nsec) * 1e-9;
+      const gp::stats b = gp::stats_of(*c);
+      std::printf("rank %d: a call behind 300 ms of stream work: %.1f ms wall, %.2f ms of this thread's CPU, %ld sleeps; %llu waits "
+                  "asleep\n", r, wall * 1e3, cpu * 1e3, wakeups, static_cast<unsigned long long>(b.blocking_waits - a.blocking_waits));
+      // A 20 us nap loop in its place measured 39-49 ms of CPU and about 3200 sleeps here (emulator,
+      // 2 cores); this wait polls an eventfd in 10 ms slices: about 30.
+      if (wall < 0.3 || b.blocking_waits == a.blocking_waits || cpu > 0.05 * wall || wakeups > 200) return 11;
+      gp::to_host(h.data(), out, h.size() * sizeof(float));
+      for (float v : h)
+        if (v != static_cast<float>(n * (n + 1) / 2)) return 12;
+    }
+    gp::dev_free(in);
+    gp::dev_free(out);
+    return 0;
+  }, std::chrono::seconds(300));
+  expect_all_zero(st, "host path pipeline");
+  // A large all_reduce on the default staging: one round, the reduce grid from the device (the
+  // shard of one rank in 32 KiB blocks, at most one block per SM).
+  const auto big = braid::testing::fork_ranks(n, [&](int r, const braid::unique_id& id) {
+    gp::set_device(0);
+    auto c = gp::connect(braid::communicator::join(id, r, n), 0, {});
+    const std::size_t m = 300000;
+    auto* in = static_cast<float*>(gp::dev_alloc(m * sizeof(float)));
+    auto* out = static_cast<float*>(gp::dev_alloc(m * sizeof(float)));
+    if (all_reduce_and_count_wrong(*c, n, r, in, out, m, 5) != 0) return 1;
+    const std::uint64_t shard = braid::cuda::ipc_detail::shard_elems(m, n, sizeof(float));
+    const std::uint64_t mine = std::min<std::uint64_t>(m, static_cast<std::uint64_t>(r + 1) * shard) -
+                               std::min<std::uint64_t>(m, static_cast<std::uint64_t>(r) * shard);
+    const int sms = gp::multiprocessors(*c);
+    const std::uint64_t want = braid::cuda::ipc_detail::reduce_grid(mine, sizeof(float), 0, sms, 512);
+    const std::uint64_t got = gp::stats_of(*c).reduce_grid;
+    std::printf("rank %d: host path all_reduce of %zu floats: reduce grid %llu (expected %llu) on a device of %d SMs\n", r, m,
+                static_cast<unsigned long long>(got), static_cast<unsigned long long>(want), sms);
+    gp::dev_free(in);
+    gp::dev_free(out);
+    return got == want && want >= 2 ? 0 : 2;
+  }, std::chrono::seconds(300));
+  expect_all_zero(big, "host path reduce grid");
+}
+
 TEST_CASE("device path: mismatched calls raise mismatch_error on every rank") {
   REQUIRE_MESSAGE(g_devices >= 2, "needs 2 GPUs (the emulator's BRAID_EMU_DEVICES)");
   const int n = 2;
@@ -636,7 +764,7 @@ TEST_CASE("a mismatched call raises mismatch_error on every rank") {
 // A timing bar: run only by `test_gpu_procs --timing` (CTest's test_gpu_procs_timing), and only on a
 // real GPU (the emulated device has no timings to judge).
 TEST_SUITE("timing") {
-TEST_CASE("overlap: a compute-bound kernel beside a large copy-engine all_reduce") {
+TEST_CASE("overlap: a compute-bound kernel beside a large all_reduce of the host path (16 reduce blocks)") {
   const auto st = braid::testing::fork_ranks(1, [&](int, const braid::unique_id&) {
     const std::size_t bytes = std::size_t(256) << 20;
     const gp::overlap_result o = gp::measure_overlap(bytes, 2, 5);

@@ -300,6 +300,45 @@ TEST_CASE("events: record, query, synchronize, a stream waiting for another stre
   EMU_OK(cudaFree(word));
 }
 
+namespace hostfn {
+struct probe {
+  u64* word = nullptr;
+  u64 seen = 0;          // *word when the host function ran
+  std::atomic<int> runs{0};
+};
+void run(void* p) {
+  auto* x = static_cast<probe*>(p);
+  x->seen = *x->word; // emulated device memory is host memory; CUDA forbids runtime calls here
+  x->runs.fetch_add(1);
+}
+} // namespace hostfn
+
+TEST_CASE("cudaLaunchHostFunc: runs after the stream's earlier work, and the later work waits for it") {
+  abort_block ab;
+  auto* word = device_alloc<u64>(4);
+  cudaStream_t s1 = nullptr, s2 = nullptr;
+  EMU_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  EMU_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  hostfn::probe pr;
+  pr.word = word + 2;
+  // s1: wait for word[0] (posted from s2 later), write word[2] = 5, the host function, write word[2] = 7.
+  EMU_OK(gpu::launch(&wait_kernel, 1u, 32u, 0, s1, word, u64{1}, ab.ab, 20 * second, word + 1));
+  EMU_OK(gpu::launch(&post_kernel, 1u, 32u, 0, s1, word + 2, u64{5}));
+  EMU_OK(cudaLaunchHostFunc(s1, &hostfn::run, &pr));
+  EMU_OK(gpu::launch(&post_kernel, 1u, 32u, 0, s1, word + 2, u64{7}));
+  std::this_thread::sleep_for(30ms);
+  CHECK(pr.runs.load() == 0); // the kernel before it still waits
+  EMU_OK(gpu::launch(&post_kernel, 1u, 32u, 0, s2, word, u64{1}));
+  EMU_OK(cudaStreamSynchronize(s1));
+  CHECK(pr.runs.load() == 1);
+  CHECK(pr.seen == 5);
+  CHECK(read_u64(word + 2) == 7);
+  CHECK(cudaLaunchHostFunc(s1, nullptr, nullptr) == cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  for (cudaStream_t s : {s1, s2}) EMU_OK(cudaStreamDestroy(s));
+  EMU_OK(cudaFree(word));
+}
+
 TEST_CASE("stream capture: kernels and copies replay in order; synchronising calls invalidate the capture") {
   const u64 n = 1000;
   auto* a = device_alloc<u64>(n);

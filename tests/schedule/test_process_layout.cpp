@@ -81,3 +81,30 @@ TEST_CASE("process layout: a half too small for one element per rank gives no la
   CHECK(fit_layout(collective::reduce_scatter, 64, 16, 4096, 1000).per == 0);
   CHECK(fit_layout(collective::all_gather, 2, 8, 4096, 1000).per == 512);
 }
+
+TEST_CASE("process layout: the reduce grid comes from the piece and the device unless asked for") {
+  // From the device (asked 0): one block per 32 KiB of piece, at most one per SM, at least one.
+  CHECK(reduce_grid(1, 4, 0, 132, 512) == 1);
+  CHECK(reduce_grid(8192, 4, 0, 132, 512) == 1);           // 32 KiB
+  CHECK(reduce_grid(8193, 4, 0, 132, 512) == 2);
+  CHECK(reduce_grid(std::uint64_t{1} << 18, 4, 0, 132, 512) == 32); // 1 MiB
+  CHECK(reduce_grid(std::uint64_t{1} << 24, 4, 0, 132, 512) == 132); // 64 MiB: every SM, no more
+  CHECK(reduce_grid(std::uint64_t{1} << 24, 4, 0, 16, 512) == 16);
+  CHECK(reduce_grid(std::uint64_t{1} << 24, 2, 0, 0, 512) == 1); // a device reporting no SMs: one
+  // 64-byte elements: bytes, not elements, decide; never more blocks than 512-thread groups.
+  CHECK(reduce_grid(2048, 64, 0, 132, 512) == 4);
+  CHECK(reduce_grid(600, 1024, 0, 132, 512) == 2);
+  // Asked for: that many, but no block without an element to reduce.
+  CHECK(reduce_grid(std::uint64_t{1} << 24, 4, 16, 132, 512) == 16);
+  CHECK(reduce_grid(1000, 4, 16, 132, 512) == 2);
+  CHECK(reduce_grid(1000, 4, 200, 4, 512) == 2);
+  // Every piece size from 1 element to 4 MiB of floats: within [1, sms], monotone in the piece.
+  std::uint64_t prev = 0;
+  for (std::uint64_t m = 1; m <= (std::uint64_t{1} << 20); m = m * 5 / 4 + 1) {
+    const std::uint64_t g = reduce_grid(m, 4, 0, 132, 512);
+    CHECK(g >= 1);
+    CHECK(g <= 132);
+    CHECK(g >= prev);
+    prev = g;
+  }
+}

@@ -10,13 +10,14 @@
 // (the GPU time-slices between contexts), so a kernel that spin-waits for a peer process on the same
 // GPU would wait for work that cannot run until it yields. No kernel of this communicator ever waits
 // for a peer. Each round of a call is: (1) the rank's input slice is copied into its staging memory
-// unless the input lies in memory registered with the communicator; (2) the host waits for that copy,
-// then all ranks exchange a small call descriptor through the host communicator (this is also the
-// synchronisation point, and it checks that every rank makes the same call); (3) the rank reads its
-// peers' slices through IPC mappings: either copy engines move each peer's piece into local scratch
-// (cudaMemcpyAsync) and a small kernel reduces the pieces, or, for pieces below
-// copy_engine_min_bytes, the reduce kernel reads the peers' memory directly; (4) for all_reduce, after
-// a host barrier, each rank copies the other ranks' reduced shards. Staging memory has two halves
+// unless the input lies in memory registered with the communicator; (2) all ranks exchange a small
+// call descriptor through the host communicator (this is also the synchronisation point, and it
+// checks that every rank makes the same call); (3) the rank reads its peers' slices through IPC
+// mappings: copy engines move the piece of a peer on another GPU into local scratch
+// (cudaMemcpyAsync) where it is at least copy_engine_min_bytes, and the reduce kernel reads every
+// other piece, and every piece of a peer on this GPU, in place; (4) for all_reduce, after a host
+// barrier, each rank copies the other ranks' reduced shards. Round k + 1's copy (1) runs on a second
+// stream beside round k's reads, so a round waits for the stream once. Staging memory has two halves
 // used by alternate rounds, so a rank never overwrites memory a peer may still read.
 //
 // Two kinds of error. Raised before anything is enqueued or exchanged, the communicator stays usable
@@ -133,8 +134,9 @@ public:
     error_context ctx{r, "cuda::process_communicator", 0, -1};
     try {
       if (n > ipc_detail::max_ranks) raise(errc::unsupported, "at most 64 ranks", ctx);
-      if (o.reduce_blocks < 1 || o.threads < 32 || o.threads > 512) // 512: reduce_kernel's launch bound
-        raise(errc::invalid_argument, "reduce_blocks must be >= 1 and threads within [32, 512]", ctx);
+      if (o.reduce_blocks < 0 || o.threads < 32 || o.threads > 512) // 512: reduce_kernel's launch bound
+        raise(errc::invalid_argument, "reduce_blocks must be >= 0 (0: from the device) and threads within [32, 512]", ctx);
+      if (o.spin.count() < 0) raise(errc::invalid_argument, "spin must not be negative", ctx);
       int count = 0;
       BRAID_CUDA_CHECK(cudaGetDeviceCount(&count));
       if (count < 1) raise(errc::unsupported, "no CUDA device", ctx);
@@ -154,6 +156,10 @@ public:
       BRAID_CUDA_CHECK(cudaMalloc(&s.staging.p, 2 * s.half));
       BRAID_CUDA_CHECK(cudaMemset(s.staging.p, 0, 2 * s.half));
       BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&s.done.e, cudaEventDisableTiming));
+      BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&s.staged.e, cudaEventDisableTiming));
+      BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&s.side.s, cudaStreamNonBlocking));
+      BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&s.sms, cudaDevAttrMultiProcessorCount, device));
+      s.waker = ipc_detail::stream_waker::make();
       BRAID_CUDA_CHECK(cudaDeviceSynchronize());
       const ipc_detail::wire_region mine = ipc_detail::export_region(s.staging.p, 2 * s.half, device, ctx);
       std::vector<ipc_detail::wire_region> all = exchange(s, mine);
@@ -382,8 +388,10 @@ private:
     const std::vector<where> all = exchange(s, where{s.device, static_cast<std::int32_t>(s.opts.path)});
     bool distinct = n > 1;
     std::string devices;
+    s.same_gpu.assign(static_cast<std::size_t>(n), 0);
     for (int q = 0; q < n; ++q) {
       const where& w = all[static_cast<std::size_t>(q)];
+      s.same_gpu[static_cast<std::size_t>(q)] = w.device == s.device;
       if (w.asked != all[0].asked) {
         s.host.barrier();
         raise(errc::mismatch, "rank " + std::to_string(q) + " asked for a different process_path than rank 0", ctx);
@@ -416,7 +424,7 @@ private:
     BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, s.device));
     if (!coop) raise(errc::unsupported, "GPU " + std::to_string(s.device) + " does not support cooperative launches", ctx);
     BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, s.device));
-    d->blocks = static_cast<unsigned>(std::max(1, std::min(sms / 2, s.opts.reduce_blocks)));
+    d->blocks = static_cast<unsigned>(std::max(1, std::min(sms / 2, s.opts.reduce_blocks > 0 ? s.opts.reduce_blocks : 16)));
     d->threads = static_cast<unsigned>(s.opts.threads);
     d->half = ipc_detail::round_up(std::max<std::size_t>(s.opts.staging_bytes / 2, 64 << 10), 4096);
     const u64 ctrl = ipc_detail::round_up(4096 + (2 * (cuda_detail::max_steps + 2) + 1) * sizeof(u64), 4096);
@@ -507,6 +515,7 @@ private:
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&set->chain, cudaEventDisableTiming));
     d->set = std::move(set);
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&s.done.e, cudaEventDisableTiming)); // barrier(stream)'s wait
+    s.waker = ipc_detail::stream_waker::make();
     s.dev = std::move(d);
   }
 
@@ -614,28 +623,44 @@ private:
     const int in_reg = shared_in ? find_registration(s, in, sh.in_n * E) : -1;
     const auto in_base = in_reg >= 0 ? s.regs[static_cast<std::size_t>(in_reg)].mine : 0;
     const u64 rounds = (count + L.per - 1) / L.per;
+    const u64 first = s.round; // round k of this call uses staging half (first + k) & 1
+    const bool stages = shared_in && in_reg < 0;
+    // (1) Round k's input slice, copied where peers can read it (its half of this rank's staging).
+    auto stage = [&](u64 k, cudaStream_t st) {
+      const u64 base = k * L.per, len = std::min<u64>(L.per, count - base);
+      std::byte* to = static_cast<std::byte*>(s.staging.p) + ((first + k) & 1) * s.half + L.in_off;
+      if constexpr (c == collective::reduce_scatter) {
+        if (count * E <= s.max_pitch) {
+          BRAID_CUDA_CHECK(cudaMemcpy2DAsync(to, len * E, in + base, count * E, len * E, un, cudaMemcpyDeviceToDevice, st));
+        } else { // a pitch the 2D copy does not take: one copy per block
+          for (u64 q = 0; q < un; ++q) copy(to + q * len * E, in + q * count + base, len * E, st);
+        }
+        s.stats.staged_bytes += len * E * un;
+      } else {
+        copy(to, in + base, len * E, st);
+        s.stats.staged_bytes += len * E;
+      }
+    };
+    // Round k + 1's staging runs on the side stream beside round k's reads. It may start once every
+    // peer has entered round k (the all_gather below), which each does only after its reads of round
+    // k - 1, the last reads of that half; the caller's stream waits for it before the round's wait.
+    // The side stream's work needs no wait for the caller's earlier work: the first wait below
+    // covered all of it.
+    auto stage_ahead = [&](u64 k) {
+      if (!stages || k + 1 >= rounds) return;
+      stage(k + 1, s.side.s);
+      BRAID_CUDA_CHECK(cudaEventRecord(s.staged.e, s.side.s));
+      BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, s.staged.e, 0));
+      ++s.stats.staged_ahead;
+    };
+    if (stages) stage(0, stream);
+    wait_stream(); // the caller's earlier work (the input) and round 0's staging
     std::vector<ipc_detail::call_desc> descs(un);
     for (u64 k = 0; k < rounds; ++k) {
       const u64 base = k * L.per, len = std::min<u64>(L.per, count - base);
       const u64 h = s.round++ & 1;
       ++s.stats.rounds;
       std::byte* mine = static_cast<std::byte*>(s.staging.p) + h * s.half;
-      // (1) Stage this round's input slice where peers can read it.
-      if (shared_in && in_reg < 0) {
-        if constexpr (c == collective::reduce_scatter) {
-          if (count * E <= s.max_pitch) {
-            BRAID_CUDA_CHECK(cudaMemcpy2DAsync(mine + L.in_off, len * E, in + base, count * E, len * E, un,
-                                               cudaMemcpyDeviceToDevice, stream));
-          } else { // a pitch the 2D copy does not take: one copy per block
-            for (u64 q = 0; q < un; ++q) copy(mine + L.in_off + q * len * E, in + q * count + base, len * E, stream);
-          }
-          s.stats.staged_bytes += len * E * un;
-        } else {
-          copy(mine + L.in_off, in + base, len * E, stream);
-          s.stats.staged_bytes += len * E;
-        }
-      }
-      wait_stream();
       // (2) Announce the round; every rank checks that all make the same call.
       ipc_detail::call_desc d{};
       d.seq = s.seq;
@@ -691,7 +716,7 @@ private:
           int slot = 0;
           for (int q = 0; q < n; ++q) {
             if (q == r) continue;
-            if (engines) {
+            if (engines && !s.same_gpu[static_cast<std::size_t>(q)]) {
               T* to = reinterpret_cast<T*>(mine + L.scratch_off + ipc_detail::round_up(L.piece_bytes, 256) * static_cast<u64>(slot));
               copy(to, src.p[q], m * E, stream);
               src.p[q] = to;
@@ -701,8 +726,8 @@ private:
             }
             ++slot;
           }
-          const int blocks = static_cast<int>(std::min<u64>(static_cast<u64>(s.opts.reduce_blocks),
-                                                             (m + static_cast<u64>(s.opts.threads) - 1) / static_cast<u64>(s.opts.threads)));
+          const auto blocks = static_cast<int>(ipc_detail::reduce_grid(m, E, s.opts.reduce_blocks, s.sms, s.opts.threads));
+          s.stats.reduce_grid = static_cast<std::uint64_t>(blocks);
           BRAID_CUDA_CHECK(gpu::launch(&ipc_detail::reduce_kernel<T, Op>, static_cast<unsigned>(blocks),
                                        static_cast<unsigned>(s.opts.threads), 0, stream, src, n, dst, dst2, m, op, true, n));
         } else {
@@ -721,9 +746,12 @@ private:
         ipc_detail::sources<T> src{};
         for (int q = 0; q < n; ++q) src.p[q] = input_of(q, base + lo, lo);
         reduce_pieces(src, m, out + base + lo, reinterpret_cast<T*>(mine + L.res_off));
+        stage_ahead(k);
         wait_stream();
         host_barrier();
-        // (4) Everyone's reduced shard, from its staging memory.
+        // (4) Everyone's reduced shard, from its staging memory. Not awaited here: a peer rewrites
+        // that result only in round k + 2, after an all_gather this rank joins after the next
+        // round's wait, which covers these copies.
         for (int q = 0; q < n; ++q) {
           if (q == r) continue;
           u64 qlo = 0;
@@ -731,11 +759,12 @@ private:
           copy(out + base + qlo, s.peer_staging[static_cast<std::size_t>(q)] + h * s.half + L.res_off, qm * E, stream);
           s.stats.copy_engine_bytes += qm * E;
         }
-        wait_stream();
+        if (k + 1 == rounds) wait_stream();
       } else if constexpr (c == collective::reduce_scatter) {
         ipc_detail::sources<T> src{};
         for (int q = 0; q < n; ++q) src.p[q] = input_of(q, static_cast<u64>(r) * count + base, static_cast<u64>(r) * len);
         reduce_pieces(src, len, out + base, nullptr);
+        stage_ahead(k);
         wait_stream();
         if (any_reg) host_barrier(); // peers read registered inputs in place until here
       } else if constexpr (c == collective::reduce) {
@@ -744,6 +773,7 @@ private:
           for (int q = 0; q < n; ++q) src.p[q] = input_of(q, base, 0);
           reduce_pieces(src, len, out + base, nullptr);
         }
+        stage_ahead(k);
         wait_stream();
         if (any_reg) host_barrier();
       } else if constexpr (c == collective::all_gather) {
@@ -756,6 +786,7 @@ private:
           copy(to, input_of(q, base, 0), len * E, stream);
           s.stats.copy_engine_bytes += len * E;
         }
+        stage_ahead(k);
         wait_stream();
         if (any_reg) host_barrier();
       } else if constexpr (c == collective::broadcast) {
@@ -765,6 +796,7 @@ private:
         } else if (!sh.in_place) {
           copy(out + base, in + base, len * E, stream);
         }
+        stage_ahead(k);
         wait_stream();
         if (any_reg) host_barrier();
       }

@@ -1,7 +1,7 @@
 // braid/cuda/process_layout.hpp — the staging arithmetic of braid::cuda::process_communicator
 // (cuda/process.cuh), kept free of CUDA so that CPU tests check it: how many elements one round
 // moves, where the input, result and scratch regions of a staging half lie, and how a round of
-// all_reduce is cut into one shard per rank.
+// all_reduce is cut into one shard per rank, and the reduce kernel's grid.
 //
 // Every rank computes the same layout from (collective, ranks, element size, half size, count), so a
 // rank finds a peer's regions without asking. A half holds, for a round of `per` elements per block:
@@ -74,6 +74,23 @@ inline half_layout fit_layout(collective c, int n, std::size_t elem, u64 half, u
     per = per > step ? (per - step) / a * a : 0;
   }
   return {};
+}
+
+// Bytes of a piece one block of the host path's reduce kernel takes when the grid comes from the
+// device: 64 per thread at 512 threads, four 16-byte loads per source, enough to keep loads in flight
+// without launching blocks that find nothing to do.
+inline constexpr u64 reduce_bytes_per_block = 32 << 10;
+
+// Blocks of the host path's reduce kernel for a piece of `m` elements of `elem` bytes: `asked`
+// (process_options::reduce_blocks) if positive, else one per reduce_bytes_per_block of the piece, at
+// most one per SM of the device (`sms`); never more blocks than there are threads' worth of elements,
+// never fewer than one.
+inline constexpr u64 reduce_grid(u64 m, std::size_t elem, int asked, int sms, int threads) {
+  const u64 by_threads = (m + static_cast<u64>(threads) - 1) / static_cast<u64>(threads);
+  u64 g = asked > 0 ? static_cast<u64>(asked) : (m * elem + reduce_bytes_per_block - 1) / reduce_bytes_per_block;
+  if (asked <= 0 && g > static_cast<u64>(sms > 0 ? sms : 1)) g = static_cast<u64>(sms > 0 ? sms : 1);
+  if (g > by_threads) g = by_threads;
+  return g > 0 ? g : 1;
 }
 
 } // namespace braid::cuda::ipc_detail

@@ -48,9 +48,18 @@ struct process_options {
   // GPU is refused (invalid_argument). Every rank must ask for the same.
   process_path path = process_path::automatic;
   std::size_t staging_bytes = std::size_t{32} << 20; // device memory per rank, two halves
-  std::size_t copy_engine_min_bytes = std::size_t{1} << 20; // per-peer piece at or above: copy engines
-  int reduce_blocks = 16;                      // blocks of the reduce kernel (the SMs braid may use)
+  // Host path: a piece of a peer on another GPU at or above this size is brought by the copy engines
+  // into local scratch before the reduce kernel runs; smaller pieces, and every piece of a peer on
+  // this rank's own GPU, are read by the reduce kernel directly (no second trip through memory).
+  std::size_t copy_engine_min_bytes = std::size_t{1} << 20;
+  // Blocks of the host path's reduce kernel; 0: from the device, one per SM at most, fewer for small
+  // pieces (one block per reduce_elems_per_block elements).
+  int reduce_blocks = 0;
   int threads = 512;
+  // The host path's wait for its own stream spins (cudaEventQuery) this long, then sleeps until a
+  // host function enqueued behind the work wakes it (cudaLaunchHostFunc): no core is burnt on
+  // waits longer than this. 0: never spin.
+  std::chrono::microseconds spin{20};
 };
 
 // What a communicator has done, for tests and tuning.
@@ -61,8 +70,16 @@ struct process_stats {
   std::uint64_t copy_engine_bytes = 0;   // moved from peers by cudaMemcpyAsync
   std::uint64_t direct_read_bytes = 0;   // read from peers by the reduce kernel
   // Times a call blocked the host: waits for the stream and host collectives (all_gather, barrier).
-  // Host path: about 3-4 per round; device path: none (barrier(stream) is not a call).
+  // Host path, a call of R rounds: all_reduce 3R + 2; the others 2R + 1, plus R barriers where a
+  // peer's input was read in place (registered). Device path: none (barrier(stream) is not a call).
   std::uint64_t host_syncs = 0;
+  // Host path: rounds whose input was staged on the side stream while the previous round's reads
+  // ran (every staged round but a call's first).
+  std::uint64_t staged_ahead = 0;
+  // Host path: the reduce kernel's grid at its last launch, and the waits for the stream that went
+  // to sleep (spin over, woken by the host function) rather than spinning to the end.
+  std::uint64_t reduce_grid = 0;
+  std::uint64_t blocking_waits = 0;
 };
 
 namespace ipc_detail {
@@ -151,6 +168,43 @@ struct peer_watch {
   ~peer_watch() { stop(); }
 };
 
+struct owned_stream {
+  cudaStream_t s = nullptr;
+  ~owned_stream() {
+    if (s) cudaStreamDestroy(s); // returns at once; its work still runs
+  }
+};
+
+// The host path's sleep in its wait for the stream: a host function enqueued behind the awaited work
+// (cudaLaunchHostFunc) records its ticket and writes an eventfd the waiting thread sleeps on in
+// poll(). The waker outlives a wait that timed out: the host function still holds a reference.
+struct stream_waker {
+  int fd = -1;
+  std::atomic<std::uint64_t> fired{0}; // the highest ticket whose host function has run
+  std::uint64_t issued = 0;
+  ~stream_waker() {
+    if (fd >= 0) ::close(fd);
+  }
+  // Null where no eventfd can be made: the wait for the stream then naps instead of sleeping.
+  static std::shared_ptr<stream_waker> make() {
+    auto w = std::make_shared<stream_waker>();
+    w->fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    return w->fd >= 0 ? w : nullptr;
+  }
+  struct ticket {
+    std::shared_ptr<stream_waker> w;
+    std::uint64_t n;
+  };
+  static void run(void* p) { // on the CUDA driver's thread: no runtime calls here
+    std::unique_ptr<ticket> t(static_cast<ticket*>(p));
+    std::uint64_t seen = t->w->fired.load();
+    while (seen < t->n && !t->w->fired.compare_exchange_weak(seen, t->n)) {
+    }
+    const std::uint64_t one = 1;
+    (void)!::write(t->w->fd, &one, sizeof one);
+  }
+};
+
 // The device path's memory and launch state (process_path::device).
 struct shared_abort_page {
   void* p = nullptr; // host-mapped, registered, the same address for the host and the kernels
@@ -200,6 +254,11 @@ struct process_state {
   u64 half = 0;
   u64 max_pitch = 0; // cudaDevAttrMaxPitch
   device_memory staging;
+  owned_stream side;            // host path: stages round k + 1 while round k's reads run
+  event staged;             // host path: the side stream's staging, for the caller's stream to wait on
+  std::vector<char> same_gpu; // host path: peer q is on this rank's GPU (its pieces are read directly)
+  int sms = 1;                // this rank's GPU's multiprocessors (the reduce grid's ceiling)
+  std::shared_ptr<stream_waker> waker; // wakes the wait for the stream (sync_stream)
   peer_mappings maps;
   std::unique_ptr<device_path_state> dev; // process_path::device only (destroyed before maps)
   event done;
@@ -249,20 +308,58 @@ template <class W> std::vector<W> exchange(process_state& s, const W& mine) {
   return all;
 }
 
-// Waits (on the host, bounded) until everything enqueued on `stream` so far has run.
+// Waits (on the host, bounded) until everything enqueued on `stream` so far has run: spins for
+// opts.spin, then sleeps in poll() until the host function enqueued behind the work says it ran
+// (process_options::spin), checking the deadline every 10 ms. Without a waker (an eventfd could not be
+// made) or where the host function cannot be enqueued, it naps 20 us between queries instead.
 inline void sync_stream(process_state& s, cudaStream_t stream, const error_context& ctx) {
   BRAID_CUDA_CHECK(cudaEventRecord(s.done.e, stream));
   const auto start = std::chrono::steady_clock::now();
-  for (unsigned i = 0;; ++i) {
+  auto query = [&] {
     const cudaError_t e = cudaEventQuery(s.done.e);
-    if (e == cudaSuccess) return;
+    if (e == cudaSuccess) return true;
     if (e != cudaErrorNotReady) cuda_detail::raise_cuda(e, "cudaEventQuery (this rank's GPU work)", __FILE__, __LINE__, ctx);
-    if (i < 64) continue;
+    return false;
+  };
+  auto overdue = [&] {
     if (std::chrono::steady_clock::now() - start > s.opts.base.timeout)
       raise(errc::timeout, "this rank's GPU work did not finish within the timeout (is the stream blocked by earlier work?)", ctx);
-    if (i < 4096) std::this_thread::yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(20));
+  };
+  for (unsigned i = 0;; ++i) {
+    if (query()) return;
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() - start >= s.opts.spin) break;
   }
+  stream_waker* w = s.waker.get();
+  const std::uint64_t n = w ? ++w->issued : 0;
+  if (w) {
+    auto* t = new stream_waker::ticket{s.waker, n};
+    if (cudaLaunchHostFunc(stream, &stream_waker::run, t) != cudaSuccess) {
+      delete t;
+      (void)cudaGetLastError();
+      w = nullptr;
+    }
+  }
+  if (!w) {
+    for (;;) {
+      if (query()) return;
+      overdue();
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+  ++s.stats.blocking_waits;
+  for (;;) {
+    if (w->fired.load() >= n) break;
+    pollfd p{w->fd, POLLIN, 0};
+    if (::poll(&p, 1, 10) > 0) {
+      std::uint64_t v = 0;
+      (void)!::read(w->fd, &v, sizeof v);
+    }
+    if (w->fired.load() >= n) break;
+    if (query()) return;
+    overdue();
+  }
+  // The host function ran, so the event's work is done; the query reports an error it ended with.
+  while (!query()) overdue();
 }
 
 // Registration holding [p, p + bytes) on this rank, or -1.

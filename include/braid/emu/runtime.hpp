@@ -11,8 +11,9 @@
 // What is emulated as CUDA specifies it: streams as in-order queues and the legacy default stream's
 // implicit synchronisation; which copies return before they are done (a cudaMemcpy from pageable host
 // memory to the device returns once the source is staged, device-to-device copies and cudaMemset
-// return at once); events; stream capture into graphs (kernels, copies and fills), instantiation and
-// replay; CUDA IPC between real processes, refused in the exporting process; CUDA_LAUNCH_BLOCKING=1.
+// return at once); host functions on streams (cudaLaunchHostFunc); events; stream capture into graphs
+// (kernels, copies, fills and host functions), instantiation and replay; CUDA IPC between real
+// processes, refused in the exporting process; CUDA_LAUNCH_BLOCKING=1.
 // Bad input (a range outside any allocation, a stale handle, a parameter the emulator does not
 // implement) returns CUDA's error code and says what was wrong on stderr (BRAID_EMU_QUIET=1 silences
 // it). Not modelled: registers and shared memory in occupancy, kernel faults as errors (a bad access
@@ -755,6 +756,18 @@ inline cudaError_t cudaMemsetAsync(void* p, int value, std::size_t bytes, cudaSt
     return fail(cudaErrorInvalidValue);
   }
   return fail(submit("cudaMemsetAsync", stream, [p, value, bytes] { std::memset(p, value, bytes); }));
+}
+
+// A host function run by the stream's thread once the stream's earlier work is done; the stream's
+// later work waits for it (CUDA: it must not call the CUDA API). Captured as a node like the others.
+inline cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* data) {
+  using namespace braid::emu::detail;
+  BRAID_EMU_ENTER();
+  if (!fn) {
+    diag("cudaLaunchHostFunc", "null function");
+    return fail(cudaErrorInvalidValue);
+  }
+  return fail(submit("cudaLaunchHostFunc", stream, [fn, data] { fn(data); }));
 }
 
 // On the legacy stream: asynchronous for device memory, as CUDA's cudaMemset is; synchronous for

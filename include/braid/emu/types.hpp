@@ -130,6 +130,7 @@ using cudaStream_t = CUstream_st*;
 using cudaEvent_t = CUevent_st*;
 using cudaGraph_t = CUgraph_st*;
 using cudaGraphExec_t = CUgraphExec_st*;
+using cudaHostFn_t = void (*)(void*);
 
 #define cudaStreamLegacy (reinterpret_cast<cudaStream_t>(0x1))
 #define cudaStreamPerThread (reinterpret_cast<cudaStream_t>(0x2))
