@@ -411,10 +411,6 @@ TEST_CASE("device path: chosen for distinct GPUs, stream-ordered, capturable, mi
   expect_all_zero(st, "mixed layout");
 }
 
-// Mismatched calls on the device path: different counts; then a broadcast whose two ranks both think
-// they are the root (neither reads the other, so that call compares nothing) followed by an
-// all_reduce, whose chained call word carries the difference. Every rank raises mismatch_error well
-// before the 60 s deadline.
 // The host path (ranks sharing device 0, its layout) as a pipeline: round k + 1 is staged beside
 // round k's reads, and a call of R rounds blocks the host 3R + 2 times (all_reduce: a wait for the
 // stream before round 0, then per round the all_gather, a wait, a barrier; a last wait) or 2R + 1
@@ -459,7 +455,8 @@ TEST_CASE("host path: rounds staged ahead, host round trips per call, a long wai
     // reduce_scatter of 40000 floats per block: rank r gets the sum of every rank's block r.
     {
       std::vector<float> h(n * count);
-      for (std::size_t i = 0; i < h.size(); ++i) h[i] = static_cast<float>(r + 1 + static_cast<int>(i % 3));
+      // i % 7: a period prime to a round's length, so a slice of another round differs from the right one.
+      for (std::size_t i = 0; i < h.size(); ++i) h[i] = static_cast<float>(r + 1 + static_cast<int>(i % 7));
       gp::to_device(in, h.data(), h.size() * sizeof(float));
       braid::gpu_test::call call = float_all_reduce(in, out, count);
       call.coll = collective::reduce_scatter;
@@ -471,7 +468,7 @@ TEST_CASE("host path: rounds staged ahead, host round trips per call, a long wai
       if (!expect("reduce_scatter", a, gp::stats_of(*c), R, 2 * R + 1)) return 6;
       gp::to_host(h.data(), out, count * sizeof(float));
       for (std::size_t i = 0; i < count; ++i)
-        if (h[i] != static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>((static_cast<std::size_t>(r) * count + i) % 3))) return 7;
+        if (h[i] != static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>((static_cast<std::size_t>(r) * count + i) % 7))) return 7;
     }
     // A wait for 300 ms of earlier work on the stream: the thread sleeps once its spin is over.
     {
@@ -529,6 +526,10 @@ TEST_CASE("host path: rounds staged ahead, host round trips per call, a long wai
   expect_all_zero(big, "host path reduce grid");
 }
 
+// Mismatched calls on the device path: different counts; then a broadcast whose two ranks both think
+// they are the root (neither reads the other, so that call compares nothing) followed by an
+// all_reduce, whose chained call word carries the difference. Every rank raises mismatch_error well
+// before the 60 s deadline.
 TEST_CASE("device path: mismatched calls raise mismatch_error on every rank") {
   REQUIRE_MESSAGE(g_devices >= 2, "needs 2 GPUs (the emulator's BRAID_EMU_DEVICES)");
   const int n = 2;

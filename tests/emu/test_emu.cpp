@@ -335,6 +335,21 @@ TEST_CASE("cudaLaunchHostFunc: runs after the stream's earlier work, and the lat
   CHECK(read_u64(word + 2) == 7);
   CHECK(cudaLaunchHostFunc(s1, nullptr, nullptr) == cudaErrorInvalidValue);
   (void)cudaGetLastError();
+  // Captured into a graph: the capture does not run it; each replay does, in the replay's order.
+  EMU_OK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeThreadLocal));
+  EMU_OK(gpu::launch(&post_kernel, 1u, 32u, 0, s1, word + 2, u64{11}));
+  EMU_OK(cudaLaunchHostFunc(s1, &hostfn::run, &pr));
+  cudaGraph_t g = nullptr;
+  EMU_OK(cudaStreamEndCapture(s1, &g));
+  CHECK(pr.runs.load() == 1);
+  cudaGraphExec_t x = nullptr;
+  EMU_OK(cudaGraphInstantiate(&x, g, 0));
+  for (int i = 0; i < 2; ++i) EMU_OK(cudaGraphLaunch(x, s1));
+  EMU_OK(cudaStreamSynchronize(s1));
+  CHECK(pr.runs.load() == 3);
+  CHECK(pr.seen == 11);
+  EMU_OK(cudaGraphExecDestroy(x));
+  EMU_OK(cudaGraphDestroy(g));
   for (cudaStream_t s : {s1, s2}) EMU_OK(cudaStreamDestroy(s));
   EMU_OK(cudaFree(word));
 }

@@ -107,6 +107,54 @@ struct group_state {
   }
 };
 
+// One rank's launch arguments for a call of schedule S, for the executor's kernel: a round's elements
+// from the staging half, checked against the staging memory and the kernel's step counters
+// (unsupported_error). Both CUDA communicators (one process, and processes on distinct GPUs) fill
+// them here.
+template <class S, class T>
+cuda_detail::launch_args launch_args_for(collective c, int n, int r, int root, std::size_t count, std::uint64_t half_bytes,
+                                         const cuda_detail::device_rank* table, cuda_detail::device_abort* abort,
+                                         std::chrono::nanoseconds timeout, const error_context& ctx) {
+  const std::uint64_t per = schedule::per_round<S, T>(c, n, half_bytes);
+  if (per == 0) raise(errc::unsupported, "staging memory too small for this schedule", ctx);
+  // Every round's schedule must fit the arrival counters.
+  const std::uint32_t P = S::nchunks(c, n, schedule::pipeline_chunks<T>(std::min<std::uint64_t>(per, count)));
+  if (S::nsteps(schedule::args{c, n, r, root, P}) > cuda_detail::max_steps)
+    raise(errc::unsupported, "schedule has too many steps per round for the CUDA executor", ctx);
+  cuda_detail::launch_args la{};
+  la.ranks = table;
+  la.nranks = n;
+  la.root = root;
+  la.coll = c;
+  la.count = count;
+  la.per_round = per;
+  la.rounds = schedule::nrounds(count, per);
+  la.half_bytes = half_bytes;
+  la.abort = abort;
+  la.timeout_ns = static_cast<std::uint64_t>(timeout.count());
+  return la;
+}
+
+// Raises unsupported_error unless `blocks` blocks of `threads` threads of `kernel` can be resident on
+// `device` at once: the executor's blocks wait for each other and for peers, so every one must run.
+// `needed` says where the blocks come from, `remedy` which option lowers them.
+template <class K>
+void check_resident(K kernel, int device, int threads, std::uint64_t blocks, const std::string& needed, const char* remedy,
+                    const error_context& ctx) {
+  cudaFuncAttributes fa{};
+  BRAID_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+  if (fa.maxThreadsPerBlock < threads)
+    raise(errc::unsupported, "this collective's kernel (element type and operator) can run at most " + std::to_string(fa.maxThreadsPerBlock) +
+                                 " threads per block on GPU " + std::to_string(device) + " and the call uses " +
+                                 std::to_string(threads) + ": " + remedy, ctx);
+  int per_sm = 0, sms = 0;
+  BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+  BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (static_cast<std::uint64_t>(per_sm) * static_cast<unsigned>(sms) < blocks)
+    raise(errc::unsupported, "GPU " + std::to_string(device) + " can hold " + std::to_string(per_sm * sms) +
+                                 " blocks of this collective's kernel at once and a call needs " + std::to_string(blocks) + " (" +
+                                 needed + "): " + remedy, ctx);
+}
 
 } // namespace detail
 
@@ -177,22 +225,9 @@ private:
     }
     for (const auto& set : g.sets) {
       cuda_detail::device_guard dg(set->device);
-      cudaFuncAttributes fa{};
-      BRAID_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
-      if (fa.maxThreadsPerBlock < g.threads)
-        raise(errc::unsupported, "this collective's kernel (element type and operator) can run at most " +
-                                     std::to_string(fa.maxThreadsPerBlock) + " threads per block on GPU " +
-                                     std::to_string(set->device) + " and the group uses " + std::to_string(g.threads) +
-                                     ": create the group with a smaller group_options::threads_per_block", ctx);
-      int per_sm = 0, sms = 0;
-      BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, g.threads, 0));
-      BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, set->device));
-      const unsigned here = static_cast<unsigned>(g.blocks) * static_cast<unsigned>(set->ranks.size());
-      if (static_cast<std::uint64_t>(per_sm) * static_cast<unsigned>(sms) < here)
-        raise(errc::unsupported, "GPU " + std::to_string(set->device) + " can hold " + std::to_string(per_sm * sms) +
-                                     " blocks of this collective's kernel at once and a call needs " + std::to_string(here) +
-                                     " (" + std::to_string(set->ranks.size()) + " ranks x " + std::to_string(g.blocks) +
-                                     "): lower group_options::max_blocks_per_rank or threads_per_block", ctx);
+      detail::check_resident(kernel, set->device, g.threads, static_cast<std::uint64_t>(g.blocks) * set->ranks.size(),
+                             std::to_string(set->ranks.size()) + " ranks x " + std::to_string(g.blocks),
+                             "lower group_options::max_blocks_per_rank or threads_per_block", ctx);
     }
     (void)grid;
     std::lock_guard<std::mutex> lk(g.loaded_m);
@@ -221,23 +256,8 @@ private:
     if (!supports(a, c)) braid::detail::raise_unsupported_algorithm(a, c, ctx);
     schedule::with_supported_schedule<c>(a, [&](auto s) {
       using S = decltype(s);
-      const std::uint64_t per = schedule::per_round<S, T>(c, n, g.half_bytes);
-      if (per == 0) raise(errc::unsupported, "staging memory too small for this schedule", ctx);
-      // Every round's schedule must fit the arrival counters.
-      const std::uint32_t P = S::nchunks(c, n, schedule::pipeline_chunks<T>(std::min<std::uint64_t>(per, count)));
-      if (S::nsteps(schedule::args{c, n, r, root, P}) > cuda_detail::max_steps)
-        raise(errc::unsupported, "schedule has too many steps per round for the CUDA executor", ctx);
-      cuda_detail::launch_args la{};
-      la.ranks = g.ranks[static_cast<std::size_t>(r)].table;
-      la.nranks = n;
-      la.root = root;
-      la.coll = c;
-      la.count = count;
-      la.per_round = per;
-      la.rounds = schedule::nrounds(count, per);
-      la.half_bytes = g.half_bytes;
-      la.abort = g.abort;
-      la.timeout_ns = static_cast<std::uint64_t>(g.opts.timeout.count());
+      const cuda_detail::launch_args la = detail::launch_args_for<S, T>(c, n, r, root, count, g.half_bytes, g.ranks[static_cast<std::size_t>(r)].table,
+                                                                        g.abort, g.opts.timeout, ctx);
       const bool zero_copy = !in_place && reads_in && reads_in_place(in);
       detail::rank_memory& rm = g.ranks[static_cast<std::size_t>(r)];
       // The chain advances only once the call counts in (arrive returns): a call that arrive undoes

@@ -76,6 +76,7 @@
 #include "collectives.cuh"
 #include "communicator.cuh"
 #include "device.cuh"
+#include "handles.cuh"
 #include "ipc.cuh"
 #include "process_state.cuh"
 #include "kernel.cuh"
@@ -157,7 +158,7 @@ public:
       BRAID_CUDA_CHECK(cudaMemset(s.staging.p, 0, 2 * s.half));
       BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&s.done.e, cudaEventDisableTiming));
       BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&s.staged.e, cudaEventDisableTiming));
-      BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&s.side.s, cudaStreamNonBlocking));
+      BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&s.side.h, cudaStreamNonBlocking));
       BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&s.sms, cudaDevAttrMultiProcessorCount, device));
       s.waker = ipc_detail::stream_waker::make();
       BRAID_CUDA_CHECK(cudaDeviceSynchronize());
@@ -531,11 +532,7 @@ private:
     s.last_stream = stream;
     ++s.stats.calls;
     if (count == 0) return;
-    cuda_detail::device_guard dg(s.device);
-    if (n == 1) {
-      if (sh.writes_out && !sh.in_place) copy(out, in, sh.out_n * sizeof(T), stream);
-      return;
-    }
+    cuda_detail::device_guard dg(s.device); // n > 1 here: one rank never takes the device path
     const algo asked = co.algorithm == algo::automatic ? choose_algorithm(cuda_tuning, c, n, static_cast<std::uint64_t>(sh.in_n) * sizeof(T))
                                                        : co.algorithm;
     const algo a = c != collective::all_reduce ? algo::direct : asked == algo::two_shot ? algo::two_shot : algo::one_shot;
@@ -543,34 +540,14 @@ private:
         braid::detail::chain_call_word(d.call_word, braid::detail::describe_call<T, Op>(c, a, count, root, d.calls + 1), 0);
     auto go = [&](auto sched) {
       using S = decltype(sched);
-      const std::uint64_t per = schedule::per_round<S, T>(c, n, d.half);
-      if (per == 0) raise(errc::unsupported, "staging memory too small for this schedule", ctx);
-      const std::uint32_t P = S::nchunks(c, n, schedule::pipeline_chunks<T>(std::min<std::uint64_t>(per, count)));
-      if (S::nsteps(schedule::args{c, n, r, root, P}) > cuda_detail::max_steps)
-        raise(errc::unsupported, "schedule has too many steps per round for the CUDA executor", ctx);
-      cuda_detail::launch_args la{};
-      la.ranks = static_cast<const cuda_detail::device_rank*>(d.table.p);
-      la.nranks = n;
-      la.root = root;
-      la.coll = c;
-      la.count = count;
-      la.per_round = per;
-      la.rounds = schedule::nrounds(count, per);
-      la.half_bytes = d.half;
-      la.abort = d.abort.rec();
-      la.timeout_ns = static_cast<std::uint64_t>(s.opts.base.timeout.count());
+      const cuda_detail::launch_args la = detail::launch_args_for<S, T>(c, n, r, root, count, d.half,
+                                                                        static_cast<const cuda_detail::device_rank*>(d.table.p),
+                                                                        d.abort.rec(), s.opts.base.timeout, ctx);
       const cuda_detail::rank_call mine{r, in, out, 0, word};
       auto kernel = &cuda_detail::collective_kernel<S, T, Op>;
       if (!d.loaded.count(reinterpret_cast<const void*>(kernel))) {
-        cudaFuncAttributes fa{};
-        BRAID_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
-        int per_sm = 0, sms = 0;
-        BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, static_cast<int>(d.threads), 0));
-        BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, s.device));
-        if (fa.maxThreadsPerBlock < static_cast<int>(d.threads) || static_cast<std::uint64_t>(per_sm) * static_cast<unsigned>(sms) < d.blocks)
-          raise(errc::unsupported, "GPU " + std::to_string(s.device) + " cannot hold " + std::to_string(d.blocks) + " blocks of " +
-                                       std::to_string(d.threads) + " threads of this collective's kernel at once: lower "
-                                       "process_options::reduce_blocks or threads", ctx);
+        detail::check_resident(kernel, s.device, static_cast<int>(d.threads), d.blocks, "process_options::reduce_blocks",
+                               "lower process_options::reduce_blocks or threads", ctx);
         d.loaded.insert(reinterpret_cast<const void*>(kernel));
       }
       const detail::call_signature sig{c, count, root, sizeof(T), reinterpret_cast<const void*>(kernel)};
@@ -643,13 +620,14 @@ private:
     };
     // Round k + 1's staging runs on the side stream beside round k's reads. It may start once every
     // peer has entered round k (the all_gather below), which each does only after its reads of round
-    // k - 1, the last reads of that half; the caller's stream waits for it before the round's wait.
+    // k - 1's inputs, the last reads of that half's input region (its result region is another
+    // matter: see (4)); the caller's stream waits for it before the round's wait.
     // The side stream's work needs no wait for the caller's earlier work: the first wait below
     // covered all of it.
     auto stage_ahead = [&](u64 k) {
       if (!stages || k + 1 >= rounds) return;
-      stage(k + 1, s.side.s);
-      BRAID_CUDA_CHECK(cudaEventRecord(s.staged.e, s.side.s));
+      stage(k + 1, s.side.h);
+      BRAID_CUDA_CHECK(cudaEventRecord(s.staged.e, s.side.h));
       BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, s.staged.e, 0));
       ++s.stats.staged_ahead;
     };

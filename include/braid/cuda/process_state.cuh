@@ -19,6 +19,7 @@
 #include "../comm/options.hpp"
 #include "../core/error.hpp"
 #include "check.cuh"
+#include "handles.cuh"
 #include "ipc.cuh"
 #include "launcher.cuh"
 
@@ -53,12 +54,12 @@ struct process_options {
   // this rank's own GPU, are read by the reduce kernel directly (no second trip through memory).
   std::size_t copy_engine_min_bytes = std::size_t{1} << 20;
   // Blocks of the host path's reduce kernel; 0: from the device, one per SM at most, fewer for small
-  // pieces (one block per reduce_elems_per_block elements).
+  // pieces (one block per ipc_detail::reduce_bytes_per_block, 32 KiB, of the piece).
   int reduce_blocks = 0;
   int threads = 512;
   // The host path's wait for its own stream spins (cudaEventQuery) this long, then sleeps until a
   // host function enqueued behind the work wakes it (cudaLaunchHostFunc): no core is burnt on
-  // waits longer than this. 0: never spin.
+  // waits longer than this. 0: sleep after the first 64 queries. Spinning stops at the timeout too.
   std::chrono::microseconds spin{20};
 };
 
@@ -168,13 +169,6 @@ struct peer_watch {
   ~peer_watch() { stop(); }
 };
 
-struct owned_stream {
-  cudaStream_t s = nullptr;
-  ~owned_stream() {
-    if (s) cudaStreamDestroy(s); // returns at once; its work still runs
-  }
-};
-
 // The host path's sleep in its wait for the stream: a host function enqueued behind the awaited work
 // (cudaLaunchHostFunc) records its ticket and writes an eventfd the waiting thread sleeps on in
 // poll(). The waker outlives a wait that timed out: the host function still holds a reference.
@@ -254,7 +248,7 @@ struct process_state {
   u64 half = 0;
   u64 max_pitch = 0; // cudaDevAttrMaxPitch
   device_memory staging;
-  owned_stream side;            // host path: stages round k + 1 while round k's reads run
+  cuda_detail::owned_stream side; // host path: stages round k + 1 while round k's reads run
   event staged;             // host path: the side stream's staging, for the caller's stream to wait on
   std::vector<char> same_gpu; // host path: peer q is on this rank's GPU (its pieces are read directly)
   int sms = 1;                // this rank's GPU's multiprocessors (the reduce grid's ceiling)
@@ -293,6 +287,12 @@ inline void fail_quietly(process_state& s) noexcept {
     if (s.host.valid()) s.host.abort();
   } catch (...) {
   }
+  if (s.side.h) { // the host path's staging stream: copies a failed round queued may still read inputs
+    const auto until = std::chrono::steady_clock::now() + s.opts.base.timeout;
+    while (cudaStreamQuery(s.side.h) == cudaErrorNotReady && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    (void)cudaGetLastError();
+  }
   if (s.done.e) {
     if (s.seq) (void)cudaEventRecord(s.done.e, s.last_stream); // a call has run: drain its stream
     const auto until = std::chrono::steady_clock::now() + s.opts.base.timeout;
@@ -327,7 +327,10 @@ inline void sync_stream(process_state& s, cudaStream_t stream, const error_conte
   };
   for (unsigned i = 0;; ++i) {
     if (query()) return;
-    if ((i & 63) == 63 && std::chrono::steady_clock::now() - start >= s.opts.spin) break;
+    if ((i & 63) == 63) {
+      if (std::chrono::steady_clock::now() - start >= s.opts.spin) break;
+      overdue();
+    }
   }
   stream_waker* w = s.waker.get();
   const std::uint64_t n = w ? ++w->issued : 0;

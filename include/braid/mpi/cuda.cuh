@@ -93,102 +93,10 @@ inline bool mpi_says_cuda_aware() {
 #endif
 }
 
-// Grow-only memory of one kind. Growing first waits for `in_use` (the event after the previous
-// call's last copy): the host-side free does not wait for copies still reading the old block.
-struct pinned_memory {
-  void* p = nullptr;
-  std::size_t bytes = 0;
-  template <class T> T* get(std::size_t count, cudaEvent_t in_use) {
-    const std::size_t want = std::max<std::size_t>(count * sizeof(T), 64);
-    if (want > bytes) {
-      if (p) BRAID_CUDA_CHECK(cudaEventSynchronize(in_use));
-      reset();
-      std::size_t b = 4096;
-      while (b < want) b *= 2;
-      BRAID_CUDA_CHECK(cudaMallocHost(&p, b));
-      bytes = b;
-    }
-    return static_cast<T*>(p);
-  }
-  void reset() noexcept {
-    if (p) cudaFreeHost(p);
-    p = nullptr;
-    bytes = 0;
-  }
-  pinned_memory() = default;
-  pinned_memory(pinned_memory&& o) noexcept : p(std::exchange(o.p, nullptr)), bytes(std::exchange(o.bytes, 0)) {}
-  pinned_memory& operator=(pinned_memory&& o) noexcept {
-    if (this != &o) {
-      reset();
-      p = std::exchange(o.p, nullptr);
-      bytes = std::exchange(o.bytes, 0);
-    }
-    return *this;
-  }
-  ~pinned_memory() { reset(); }
-};
-struct device_scratch {
-  void* p = nullptr;
-  std::size_t bytes = 0;
-  template <class T> T* get(std::size_t count, cudaEvent_t in_use) {
-    const std::size_t want = std::max<std::size_t>(count * sizeof(T), 256);
-    if (want > bytes) {
-      if (p) BRAID_CUDA_CHECK(cudaEventSynchronize(in_use));
-      reset();
-      std::size_t b = 4096;
-      while (b < want) b *= 2;
-      BRAID_CUDA_CHECK(cudaMalloc(&p, b));
-      bytes = b;
-    }
-    return static_cast<T*>(p);
-  }
-  void reset() noexcept {
-    if (p) cudaFree(p);
-    p = nullptr;
-    bytes = 0;
-  }
-  device_scratch() = default;
-  device_scratch(device_scratch&& o) noexcept : p(std::exchange(o.p, nullptr)), bytes(std::exchange(o.bytes, 0)) {}
-  device_scratch& operator=(device_scratch&& o) noexcept {
-    if (this != &o) {
-      reset();
-      p = std::exchange(o.p, nullptr);
-      bytes = std::exchange(o.bytes, 0);
-    }
-    return *this;
-  }
-  ~device_scratch() { reset(); }
-};
-struct owned_event {
-  cudaEvent_t e = nullptr;
-  owned_event() = default;
-  owned_event(owned_event&& o) noexcept : e(std::exchange(o.e, nullptr)) {}
-  owned_event& operator=(owned_event&& o) noexcept {
-    if (this != &o) {
-      if (e) cudaEventDestroy(e);
-      e = std::exchange(o.e, nullptr);
-    }
-    return *this;
-  }
-  ~owned_event() {
-    if (e) cudaEventDestroy(e);
-  }
-};
-struct owned_stream {
-  cudaStream_t s = nullptr;
-  owned_stream() = default;
-  owned_stream(owned_stream&& o) noexcept : s(std::exchange(o.s, nullptr)) {}
-  owned_stream& operator=(owned_stream&& o) noexcept {
-    if (this != &o) {
-      if (s) cudaStreamDestroy(s);
-      s = std::exchange(o.s, nullptr);
-    }
-    return *this;
-  }
-  ~owned_stream() {
-    if (s) cudaStreamDestroy(s);
-  }
-};
+using cuda_detail::owned_event;
+using cuda_detail::owned_stream;
+using pinned_memory = cuda_detail::grow_only<cuda_detail::memory_kind::pinned>;
+using device_scratch = cuda_detail::grow_only<cuda_detail::memory_kind::device>;
 
 } // namespace cuda_mpi_detail
 
@@ -256,9 +164,9 @@ public:
       int pitch = 0;
       BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&pitch, cudaDevAttrMaxPitch, device));
       max_pitch_ = static_cast<std::size_t>(static_cast<unsigned>(pitch));
-      for (auto& e : events_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e.e, cudaEventDisableTiming));
-      BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&done_.e, cudaEventDisableTiming));
-      BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&side_.s, cudaStreamNonBlocking));
+      for (auto& e : events_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e.h, cudaEventDisableTiming));
+      BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&done_.h, cudaEventDisableTiming));
+      BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&side_.h, cudaStreamNonBlocking));
     } catch (...) {
       failure = std::current_exception();
       // Release this host's peers: from the host communicator if it was not handed on yet, else from
@@ -329,7 +237,7 @@ public:
     check<collective::reduce>(in, out, count, root);
     call("reduce", stream, [&] {
       if (rank() == root) return do_all_reduce(in, out, count, op, stream);
-      T* sink = sink_.get<T>(count, done_.e);
+      T* sink = sink_.get<T>(count, done_.h);
       do_all_reduce(in, sink, count, op, stream);
     });
   }
@@ -388,8 +296,8 @@ private:
     if (!live_) return;
     try {
       cuda_detail::device_guard dg(device_);
-      if (done_.e) cudaEventSynchronize(done_.e); // the last call's copies may still read pinned memory
-      if (side_.s) cudaStreamSynchronize(side_.s);
+      if (done_.h) cudaEventSynchronize(done_.h); // the last call's copies may still read pinned memory
+      if (side_.h) cudaStreamSynchronize(side_.h);
     } catch (...) {
     }
     for (auto& t : types_)
@@ -417,9 +325,9 @@ private:
     ++seq_;
     try {
       cuda_detail::device_guard dg(device_);
-      BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, done_.e, 0));
+      BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, done_.h, 0));
       f();
-      BRAID_CUDA_CHECK(cudaEventRecord(done_.e, stream));
+      BRAID_CUDA_CHECK(cudaEventRecord(done_.h, stream));
     } catch (const std::exception& e) {
       failed_ = true;
       failure_ = e.what();
@@ -429,7 +337,7 @@ private:
         local_.abort();
       } catch (...) {
       }
-      (void)cudaEventRecord(done_.e, stream);
+      (void)cudaEventRecord(done_.h, stream);
       throw;
     }
   }
@@ -496,9 +404,9 @@ private:
     for (int j = 0; j < H; ++j) src.p[j] = pieces + static_cast<std::size_t>(j) * m;
     const unsigned threads = 256;
     const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>(64, (m + threads - 1) / threads));
-    BRAID_CUDA_CHECK(gpu::launch(&cuda::ipc_detail::reduce_kernel<T, Op>, blocks, threads, 0, side_.s, src, H, dst,
+    BRAID_CUDA_CHECK(gpu::launch(&cuda::ipc_detail::reduce_kernel<T, Op>, blocks, threads, 0, side_.h, src, H, dst,
                                  static_cast<T*>(nullptr), static_cast<cuda::ipc_detail::u64>(m), op, true, hc_.layout.size));
-    BRAID_CUDA_CHECK(cudaStreamSynchronize(side_.s));
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(side_.h));
   }
 
   // Across the members of `comm` (H, this one `me`): data[0, n) — host or device memory as MPI is
@@ -517,7 +425,7 @@ private:
       ro[static_cast<std::size_t>(j)] = j * mine;
     }
     const std::size_t np = static_cast<std::size_t>(H) * static_cast<std::size_t>(mine);
-    T* pieces = direct_ ? pieces_dev_.get<T>(np, done_.e) : host_staging<T>(np);
+    T* pieces = direct_ ? pieces_dev_.get<T>(np, done_.h) : host_staging<T>(np);
     const MPI_Datatype t = type_of(sizeof(T));
     BRAID_MPI_CHECK_CTX(MPI_Alltoallv(data, cnt.data(), off.data(), t, pieces, rc.data(), ro.data(), t, comm), ctx());
     reduce_pieces(pieces, H, static_cast<std::size_t>(mine), data + off[static_cast<std::size_t>(me)], op);
@@ -533,7 +441,7 @@ private:
       cross_all_reduce(data, n, hc_.cross.get(), L.hosts, L.host, op);
       return;
     }
-    T* h = pinned_.get<T>(n, done_.e);
+    T* h = pinned_.get<T>(n, done_.h);
     d2h(h, data, n, stream);
     sync(stream);
     cross_all_reduce(h, n, hc_.cross.get(), L.hosts, L.host, op);
@@ -546,7 +454,7 @@ private:
     if (L.hosts == 1) return local_.all_reduce(in, out, count, op, stream);
     const detail::without_finalize<Op, T> part{op};
     if (!L.uniform) {
-      T* buf = scratch_.get<T>(count, done_.e);
+      T* buf = scratch_.get<T>(count, done_.h);
       local_.reduce(in, buf, count, 0, part, stream);
       if (L.local_rank == 0) cross_all_reduce_device(buf, count, stream, op);
       local_.broadcast(buf, out, count, 0, stream);
@@ -564,11 +472,11 @@ private:
     constexpr std::size_t depth = std::tuple_size_v<decltype(events_)>; // chunks in flight
     // Scratch: the padded copy (when count is not a multiple of n), `depth` packed chunks, the slice.
     const std::size_t pad_elems = padded == count ? 0 : padded;
-    T* base = scratch_.get<T>(pad_elems + depth * n * c + s, done_.e);
+    T* base = scratch_.get<T>(pad_elems + depth * n * c + s, done_.h);
     T* work = pad_elems ? base : nullptr;
     T* packed = base + pad_elems;
     T* slice = packed + depth * n * c;
-    T* hslice = direct_ ? nullptr : pinned_.get<T>(s, done_.e);
+    T* hslice = direct_ ? nullptr : pinned_.get<T>(s, done_.h);
     const T* src = in;
     T* dst = out;
     if (work) {
@@ -585,15 +493,15 @@ private:
       d2d_2d(pk, w, src + o, s, w, n, stream);
       local_.reduce_scatter(pk, slice + o, w, part, stream);
       if (!direct_) d2h(hslice + o, slice + o, w, stream);
-      BRAID_CUDA_CHECK(cudaEventRecord(events_[k % depth].e, stream));
+      BRAID_CUDA_CHECK(cudaEventRecord(events_[k % depth].h, stream));
     };
     for (std::size_t k = 0; k < std::min(depth, K); ++k) enqueue(k);
     for (std::size_t k = 0; k < K; ++k) {
       const std::size_t o = k * c, w = std::min(c, s - o);
-      sync_event(events_[k % depth].e);
+      sync_event(events_[k % depth].h);
       if (enqueued > k + 1) {
         ++stats_.ahead; // a later chunk's GPU work is queued beside this MPI step
-        if (cudaEventQuery(events_[(k + 1) % depth].e) == cudaErrorNotReady) ++stats_.gpu_busy;
+        if (cudaEventQuery(events_[(k + 1) % depth].h) == cudaErrorNotReady) ++stats_.gpu_busy;
         (void)cudaGetLastError();
       }
       ++stats_.chunks;
@@ -620,7 +528,7 @@ private:
     const MPI_Datatype t = type_of(sizeof(T));
     if (L.uniform) {
       const std::size_t n = static_cast<std::size_t>(L.local_size), l = static_cast<std::size_t>(L.local_rank);
-      T* packed = scratch_.get<T>(N * rc + H * rc, done_.e); // group g = blocks of ranks (0, g), ..., (H-1, g)
+      T* packed = scratch_.get<T>(N * rc + H * rc, done_.h); // group g = blocks of ranks (0, g), ..., (H-1, g)
       T* pieces_d = packed + N * rc;
       for (std::size_t g = 0; g < n; ++g)
         for (std::size_t h = 0; h < H; ++h)
@@ -633,7 +541,7 @@ private:
         reduce_pieces(pieces_d, L.hosts, rc, out, op);
         return;
       }
-      T* hg = pinned_.get<T>(2 * H * rc, done_.e);
+      T* hg = pinned_.get<T>(2 * H * rc, done_.h);
       T* hres = hg + H * rc;
       d2h(hg, group, H * rc, stream);
       sync(stream);
@@ -645,13 +553,13 @@ private:
     }
     // Leaders: the host's partial of everything, then each leader reduces its own host's blocks.
     const std::size_t hn = static_cast<std::size_t>(L.local_size) * rc;
-    T* buf = scratch_.get<T>(N * rc + hn, done_.e);
+    T* buf = scratch_.get<T>(N * rc + hn, done_.h);
     T* host_result = buf + N * rc; // this host's blocks, by local rank
     local_.reduce(in, buf, N * rc, 0, part, stream);
     if (L.local_rank == 0) {
       std::vector<int> sc(H), so(H), rcn(H), ro(H);
       const int mine = L.host_size[static_cast<std::size_t>(L.host)] * static_cast<int>(rc);
-      T* send = direct_ ? pieces_dev_.get<T>(N * rc + H * static_cast<std::size_t>(mine), done_.e) : pinned_.get<T>(N * rc + H * static_cast<std::size_t>(mine), done_.e);
+      T* send = direct_ ? pieces_dev_.get<T>(N * rc + H * static_cast<std::size_t>(mine), done_.h) : pinned_.get<T>(N * rc + H * static_cast<std::size_t>(mine), done_.h);
       T* recv = send + N * rc;
       for (std::size_t h = 0, o = 0; h < H; ++h) {
         so[h] = static_cast<int>(o);
@@ -688,13 +596,13 @@ private:
     const MPI_Datatype t = type_of(sizeof(T));
     if (L.uniform) {
       const std::size_t n = static_cast<std::size_t>(L.local_size), l = static_cast<std::size_t>(L.local_rank);
-      T* buf = scratch_.get<T>(N * sc, done_.e); // group g = blocks of ranks (0, g), ..., (H-1, g)
+      T* buf = scratch_.get<T>(N * sc, done_.h); // group g = blocks of ranks (0, g), ..., (H-1, g)
       T* group = buf + l * H * sc;
       if (direct_) {
         sync(stream);
         BRAID_MPI_CHECK_CTX(MPI_Allgather(in, static_cast<int>(sc), t, group, static_cast<int>(sc), t, hc_.cross.get()), ctx());
       } else {
-        T* h = pinned_.get<T>(sc + H * sc, done_.e);
+        T* h = pinned_.get<T>(sc + H * sc, done_.h);
         d2h(h, in, sc, stream);
         sync(stream);
         BRAID_MPI_CHECK_CTX(MPI_Allgather(h, static_cast<int>(sc), t, h + sc, static_cast<int>(sc), t, hc_.cross.get()), ctx());
@@ -706,7 +614,7 @@ private:
       return;
     }
     const std::size_t hn = static_cast<std::size_t>(L.local_size) * sc;
-    T* buf = scratch_.get<T>(hn + N * sc, done_.e);
+    T* buf = scratch_.get<T>(hn + N * sc, done_.h);
     T* all = buf + hn; // blocks by (host, local rank)
     local_.all_gather(in, buf, sc, stream);
     if (L.local_rank == 0) {
@@ -720,7 +628,7 @@ private:
         sync(stream);
         BRAID_MPI_CHECK_CTX(MPI_Allgatherv(buf, static_cast<int>(hn), t, all, cnt.data(), off.data(), t, hc_.cross.get()), ctx());
       } else {
-        T* h = pinned_.get<T>(hn + N * sc, done_.e);
+        T* h = pinned_.get<T>(hn + N * sc, done_.h);
         d2h(h, buf, hn, stream);
         sync(stream);
         BRAID_MPI_CHECK_CTX(MPI_Allgatherv(h, static_cast<int>(hn), t, h + hn, cnt.data(), off.data(), t, hc_.cross.get()), ctx());
@@ -744,7 +652,7 @@ private:
       BRAID_MPI_CHECK_CTX(MPI_Bcast(data, c, t, root, hc_.cross.get()), ctx());
       return;
     }
-    T* h = pinned_.get<T>(count, done_.e);
+    T* h = pinned_.get<T>(count, done_.h);
     if (hc_.layout.host == root) d2h(h, data, count, stream);
     sync(stream);
     BRAID_MPI_CHECK_CTX(MPI_Bcast(h, c, t, root, hc_.cross.get()), ctx());
