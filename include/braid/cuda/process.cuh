@@ -179,7 +179,10 @@ public:
       // Nobody uses a peer's memory before every rank has mapped everyone's.
       s.host.barrier();
     } catch (...) {
-      fail_quietly(s);
+      // An error every rank raises from the same exchanged data needs no abort (an abort could
+      // reach a rank still finishing the exchange, and change its error); any other error stops
+      // the peers.
+      if (!s.agreed_failure) fail_quietly(s);
       throw;
     }
   }
@@ -394,7 +397,7 @@ private:
       const where& w = all[static_cast<std::size_t>(q)];
       s.same_gpu[static_cast<std::size_t>(q)] = w.device == s.device;
       if (w.asked != all[0].asked) {
-        s.host.barrier();
+        s.agreed_failure = true; // every rank sees the same `all`
         raise(errc::mismatch, "rank " + std::to_string(q) + " asked for a different process_path than rank 0", ctx);
       }
       if (q) devices += ',';
@@ -403,7 +406,7 @@ private:
     }
     const auto asked = static_cast<process_path>(all[0].asked);
     if (asked == process_path::device && !distinct) {
-      s.host.barrier(); // every rank raises the same error from the same data: none is released by another's abort
+      s.agreed_failure = true; // every rank raises this error from the same data
       raise(errc::invalid_argument, "process_path::device needs every rank on a GPU of its own (devices " + devices +
                                         "): kernels of processes that share a GPU must not wait for each other", ctx);
     }

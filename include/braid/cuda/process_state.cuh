@@ -261,6 +261,7 @@ struct process_state {
   u64 round = 0, seq = 0;
   process_stats stats;
   std::atomic<bool> failed{false};
+  bool agreed_failure = false;  // construction failed with an error every rank raises (no abort)
   std::string cause;            // written only by the thread making a call
   std::string description;      // process_communicator::describe()
   cudaStream_t last_stream = nullptr; // of the call in progress, drained after an error
