@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <string>
@@ -44,6 +45,8 @@ bool reads_in_place(const group& g, int rank, const void* p);
 void* stream(const group& g, int rank);
 // communicator::check() of that rank: raises the error a kernel of the group recorded, if any.
 void check(const group& g, int rank);
+// communicator::algorithm_for(c, bytes) of that rank: what algo::automatic resolves to.
+algo algorithm_for(const group& g, int rank, collective c, std::uint64_t bytes);
 
 // One rank's part of a collective. `out` is the result buffer (for reduce_scatter: the rank's block).
 struct call {

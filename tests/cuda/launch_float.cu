@@ -60,6 +60,9 @@ int threads_per_block(const group& g) { return g.comms.at(0).threads_per_block()
 void* stream(const group& g, int rank) { return g.streams.at(static_cast<std::size_t>(rank)); }
 
 void check(const group& g, int rank) { g.comms.at(static_cast<std::size_t>(rank)).check(); }
+algo algorithm_for(const group& g, int rank, collective c, std::uint64_t bytes) {
+  return g.comms.at(static_cast<std::size_t>(rank)).algorithm_for(c, bytes);
+}
 
 bool instantiated(collective c, dtype t, op_kind k) {
   if (c == collective::all_reduce && k == op_kind::sum) return true;

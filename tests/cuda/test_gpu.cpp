@@ -560,6 +560,37 @@ TEST_CASE("gpu copy-only element type: broadcast and all_gather of a 3-byte stru
   }
 }
 
+// algo::automatic: ranks sharing one GPU take cuda_tuning_one_gpu (all_reduce one_shot at every size,
+// measured on an H100), ranks on different GPUs cuda_tuning (two_shot above 256 KiB); the other
+// collectives direct in both.
+TEST_CASE("gpu tuning: ranks sharing one GPU all_reduce one_shot at every size, ranks on different GPUs two_shot when large") {
+  int ndev = 0;
+  GPU_OK(cudaGetDeviceCount(&ndev));
+  using braid::algo;
+  using braid::collective;
+  for (int n : {2, 4}) {
+    CAPTURE(n);
+    auto one = gt::make_group(std::vector<int>(static_cast<std::size_t>(n), 0));
+    for (std::uint64_t bytes : {std::uint64_t{8}, std::uint64_t{256} << 10, std::uint64_t{1} << 20, std::uint64_t{256} << 20}) {
+      CAPTURE(bytes);
+      for (int r = 0; r < n; ++r) CHECK(gt::algorithm_for(*one, r, collective::all_reduce, bytes) == algo::one_shot);
+      for (collective c : {collective::reduce_scatter, collective::all_gather, collective::broadcast, collective::reduce})
+        CHECK(gt::algorithm_for(*one, 0, c, bytes) == algo::direct);
+    }
+    if (ndev < 2) {
+      MESSAGE("one GPU: the spread layout's table is not checked here (the emulated run checks it)");
+      continue;
+    }
+    std::vector<int> spread(static_cast<std::size_t>(n));
+    for (int r = 0; r < n; ++r) spread[static_cast<std::size_t>(r)] = r % 2;
+    auto two = gt::make_group(spread);
+    CHECK(gt::algorithm_for(*two, 0, collective::all_reduce, std::uint64_t{256} << 10) == algo::one_shot);
+    CHECK(gt::algorithm_for(*two, 1, collective::all_reduce, (std::uint64_t{256} << 10) + 4) == algo::two_shot);
+    CHECK(gt::algorithm_for(*two, 0, collective::all_reduce, std::uint64_t{256} << 20) == algo::two_shot);
+    CHECK(gt::algorithm_for(*two, 0, collective::broadcast, std::uint64_t{256} << 20) == algo::direct);
+  }
+}
+
 // ---- CUDA graphs ----------------------------------------------------------------------------------
 
 // The ranks of a GPU are one launch, so they are captured together: per GPU, one capture on the

@@ -50,7 +50,8 @@
 
 namespace braid::cuda {
 
-// Tuning for the CUDA backend (not yet measured: no GPU run so far; see docs/benchmarks.md).
+// Tuning for the CUDA backend. Groups whose ranks are on different GPUs: not yet measured (no machine
+// with several GPUs so far); the reasoning is in each rule.
 inline constexpr tuning_rule cuda_tuning[] = {
     {collective::all_reduce, 2, 64, std::uint64_t{256} << 10, algo::one_shot, "unmeasured: one synchronisation"},
     {collective::all_reduce, 2, 64, ~std::uint64_t{0}, algo::two_shot, "unmeasured: 2(n-1)/n bytes, two synchronisations"},
@@ -58,6 +59,22 @@ inline constexpr tuning_rule cuda_tuning[] = {
     {collective::all_gather, 2, 64, ~std::uint64_t{0}, algo::direct, "unmeasured"},
     {collective::broadcast, 2, 64, ~std::uint64_t{0}, algo::direct, "unmeasured"},
     {collective::reduce, 2, 64, ~std::uint64_t{0}, algo::direct, "unmeasured"},
+};
+
+// Groups whose ranks all share ONE GPU (no link between them: every algorithm moves its bytes through
+// the same memory, so the fewest synchronisations win). Measured on one H100 80GB HBM3, 2026-11-25,
+// float sum, default 8 MiB staging: bench/results/h100-2026-11-25/ (README.md there says which file).
+inline constexpr tuning_rule cuda_tuning_one_gpu[] = {
+    {collective::all_reduce, 2, 64, ~std::uint64_t{0}, algo::one_shot,
+     "7-all-reduce-sweep.txt: one_shot's algbw 1.3-2.2x two_shot's at 2, 4 and 8 ranks, 256 KiB to 256 MiB "
+     "(256 MiB: 261 vs 118 GB/s at 2 ranks, 139 vs 69 at 4; 64 MiB: 51 vs 38 at 8)"},
+    {collective::reduce_scatter, 2, 64, ~std::uint64_t{0}, algo::direct,
+     "2-gpu-check-bench.log, 4-all8.txt: direct ahead of ring and halving_doubling at 2, 4 ranks (32 MiB) and 8 (16 MiB)"},
+    {collective::all_gather, 2, 64, ~std::uint64_t{0}, algo::direct,
+     "same runs: direct ahead at 2, 4 ranks (32 MiB) and 8 (16 MiB; halving_doubling 41 vs 37 GB/s at 2 MiB)"},
+    {collective::broadcast, 2, 64, ~std::uint64_t{0}, algo::direct,
+     "same runs: direct 236-295 GB/s at 32 MiB, ring and tree 2.6-7.5 (one step per 64 KiB chunk)"},
+    {collective::reduce, 2, 64, ~std::uint64_t{0}, algo::direct, "same runs: direct 67-179 GB/s at 32 MiB, ring and tree 1.0-6.3"},
 };
 
 struct group_options {
@@ -201,7 +218,8 @@ public:
     if (requested != algo::automatic) return requested;
     const algo env = static_cast<int>(c) < 5 ? g.opts.algorithm[static_cast<int>(c)] : algo::automatic;
     if (env != algo::automatic && supports(env, c)) return env;
-    return choose_algorithm(cuda_tuning, c, g.nranks, bytes);
+    return g.sets.size() == 1 ? choose_algorithm(cuda_tuning_one_gpu, c, g.nranks, bytes)
+                              : choose_algorithm(cuda_tuning, c, g.nranks, bytes);
   }
 
   friend std::vector<communicator> create_group(const std::vector<int>& devices, const group_options& o);
