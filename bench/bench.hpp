@@ -115,6 +115,8 @@ struct config {
   bool inject_fault = false; // tests the checker: the last rank flips a bit of its output
   bool kernel = false;       // --kernel (CUDA): the reduce-copy loop alone against cudaMemcpy
   bool cuda_procs = false;   // --procs N (cuda, nccl): ranks are processes (braid::cuda::process_communicator, NCCL)
+  int cuda_blocks = 0;       // --blocks N (cuda): group_options::max_blocks_per_rank (0: its default)
+  int cuda_threads = 0;      // --threads N (cuda): group_options::threads_per_block (0: its default)
 };
 
 inline std::vector<std::uint64_t> sizes_of(const config& cfg) {

@@ -46,6 +46,9 @@ void print_help(const char* argv0) {
       "      --procs N         with --backend cuda or nccl: N ranks as N forked processes\n"
       "                        (braid::cuda::process_communicator over CUDA IPC, or NCCL ranks);\n"
       "                        all_reduce of float with sum only\n"
+      "      --blocks N        with --backend cuda: at most N blocks per rank (group_options::\n"
+      "                        max_blocks_per_rank; default: half the SMs shared by the GPU's ranks)\n"
+      "      --threads N       with --backend cuda: threads per block, 32..512 [512]\n"
       "      --kernel          with --backend cuda: time the reduce-copy loop of the kernels\n"
       "                        alone (copy, sum of 2) against cudaMemcpy, sizes -b..-e\n"
       "      --inject-fault    test the checker: the last rank flips one bit of its result\n"
@@ -235,6 +238,11 @@ int parse_args(int argc, char** argv, config& cfg) {
       } else {
         return bad("unknown backend '" + vs + "' (threads, procs, cuda, nccl)");
       }
+    } else if (a == "--blocks") {
+      if (!parse_int(v, cfg.cuda_blocks) || cfg.cuda_blocks < 1 || cfg.cuda_blocks > 1024) return bad("--blocks needs 1..1024");
+    } else if (a == "--threads") {
+      if (!parse_int(v, cfg.cuda_threads) || cfg.cuda_threads < 32 || cfg.cuda_threads > 512 || cfg.cuda_threads % 32)
+        return bad("--threads needs a multiple of 32 from 32 to 512");
     } else if (a == "--procs") {
       if (!parse_int(v, cfg.nranks) || cfg.nranks < 1 || cfg.nranks > 64) return bad("--procs needs 1..64");
       cfg.cuda_procs = true;
@@ -246,6 +254,8 @@ int parse_args(int argc, char** argv, config& cfg) {
   }
   if (cfg.colls.empty()) cfg.colls = {collective::all_reduce};
   if (cfg.kernel && cfg.backend != backend_kind::cuda) return bad("--kernel needs --backend cuda");
+  if ((cfg.cuda_blocks || cfg.cuda_threads) && (cfg.backend != backend_kind::cuda || cfg.cuda_procs || cfg.kernel))
+    return bad("--blocks and --threads shape the one-process CUDA group: --backend cuda without --procs or --kernel");
   if (cfg.cuda_procs && cfg.backend != backend_kind::cuda && cfg.backend != backend_kind::nccl)
     return bad("--procs needs --backend cuda or nccl");
   if (cfg.cuda_procs && (cfg.colls != std::vector<collective>{collective::all_reduce} ||

@@ -23,6 +23,7 @@
 
 #include <support/fork_ranks.hpp>
 
+#include <algorithm>
 #include <functional>
 #include <set>
 
@@ -87,8 +88,10 @@ public:
 
 class braid_engine final : public engine {
 public:
-  braid_engine(const std::vector<int>& devices, std::chrono::nanoseconds timeout)
-      : g_(gt::make_group(devices, timeout, 0)) {}
+  braid_engine(const std::vector<int>& devices, std::chrono::nanoseconds timeout, int threads, int max_blocks)
+      : g_(gt::make_group(devices, timeout, 0, threads, max_blocks)) {
+    std::printf("# grid: %d blocks of %d threads per rank\n", gt::blocks_per_rank(*g_), gt::threads_per_block(*g_));
+  }
   const char* name() const override { return "cuda"; }
   bool has(collective c, dtype t, op_kind k, algo) const override {
     // What the launch layer instantiates (copy collectives are asked with sum: their rows carry no operator).
@@ -117,6 +120,15 @@ class nccl_engine final : public engine {
 public:
   explicit nccl_engine(const std::vector<int>& devices) {
     const int n = static_cast<int>(devices.size());
+    int v = 0;
+    ncclGetVersion(&v);
+    std::vector<int> sorted(devices);
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end() && v < 23000)
+      // Seen on an H100 with NCCL 2.28.9: ncclCommInitAll answers only "invalid usage".
+      throw cuda_failure("NCCL " + std::to_string(v / 10000) + "." + std::to_string((v / 100) % 100) + "." + std::to_string(v % 100) +
+                         " puts at most one rank on a GPU; " + std::to_string(n) +
+                         " ranks on fewer GPUs need NCCL 2.30 or later with NCCL_MULTI_RANK_GPU_ENABLE=1");
     comms_.resize(devices.size());
     nccl_ok(ncclCommInitAll(comms_.data(), n, devices.data()), "ncclCommInitAll");
     for (int d : devices) {
@@ -125,8 +137,6 @@ public:
       ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
       streams_.push_back(s);
     }
-    int v = 0;
-    ncclGetVersion(&v);
     std::printf("# NCCL %d.%d.%d\n", v / 10000, (v / 100) % 100, v % 100);
   }
   ~nccl_engine() override {
@@ -462,7 +472,7 @@ int run_cuda_backend(const config& cfg, std::chrono::nanoseconds timeout, bool n
         std::fprintf(stderr, "braid-bench: --backend nccl: NCCL was not found when this braid-bench was built\n");
         return exit_usage;
       }
-      e = std::make_unique<braid_engine>(devices, timeout);
+      e = std::make_unique<braid_engine>(devices, timeout, cfg.cuda_threads, cfg.cuda_blocks);
     }
     cuda_runner runner(cfg, *e, devices);
     return runner.run();
@@ -565,6 +575,14 @@ int run_cuda_procs(const config& cfg, std::chrono::nanoseconds timeout, bool ncc
         std::string what;
 #ifdef BRAID_BENCH_NCCL
         std::unique_ptr<nccl_rank> nr;
+        int nccl_version = 0;
+        if (nccl) ncclGetVersion(&nccl_version);
+        if (nccl && n > ndev && nccl_version < 23000) {
+          if (r == 0)
+            std::fprintf(stderr, "braid-bench: --backend nccl --procs %d: only %d GPU(s), and NCCL %d puts at most one rank on a "
+                                 "GPU (2.30 or later with NCCL_MULTI_RANK_GPU_ENABLE=1 takes several)\n", n, ndev, nccl_version);
+          return exit_usage;
+        }
         if (nccl && n > ndev && !std::getenv("NCCL_MULTI_RANK_GPU_ENABLE")) {
           if (r == 0)
             std::fprintf(stderr, "braid-bench: --backend nccl --procs %d: only %d GPU(s); NCCL takes several ranks per GPU "

@@ -13,6 +13,8 @@
 #     <out-dir>/gpu-check-<UTC date>-<short commit>.log
 #
 # Usage: bench/gpu-check.sh [out-dir]              (default out-dir: bench/results)
+# On a lent machine whose minutes are counted, build elsewhere and carry the binaries:
+# bench/gpu-prebuilt.sh pack (here), then bench/gpu-prebuilt.sh run STEPS SECONDS (there).
 #
 # Environment:
 #   CUDAARCHS          CUDA architectures to build for                          [90]
@@ -342,29 +344,52 @@ fi
 
 # ---- benchmarks (recorded, not judged) ------------------------------------------------------------------
 if want bench; then
+  # Ordered by what a short lease should see first (a time limit cuts the tail): the loop alone, one
+  # step's synchronisation, the tuned all_reduce, what one step costs inside the kernel, NCCL beside,
+  # correctness, then the long tables of every algorithm. 2026-11-25 on an H100 the old order spent
+  # nine minutes before the 4-rank tuned run (bench/results/h100-2026-11-25/).
   bench_bin="$build/bench/braid-bench"
+  probe_bin="$build/bench/braid-gpu-sync-probe"
   if [ -x "$bench_bin" ]; then
     step INFO "braid-bench --kernel: the reduce-copy loop against cudaMemcpy (float, bfloat16)" \
       "$bench_bin" --backend cuda --kernel -d float,bfloat16 -b 1M -e 1G -f 4 -n 20
+  fi
+  if [ -x "$probe_bin" ]; then
+    step INFO "braid-gpu-sync-probe: one step's synchronisation alone and with a copy (microseconds per step)" "$probe_bin"
+  fi
+  if [ -x "$bench_bin" ]; then
     for np in 2 4 8; do
-      step INFO "braid-bench --backend cuda, all collectives, float sum, every algorithm, $np ranks" \
-        env BRAID_TIMEOUT=60 "$bench_bin" all -d float -o sum -a all -b 8 -e 256M -f 4 -n 20 -w 5 -c 1 -np "$np" --backend cuda
-      # Side by side, same harness, same sizes: braid's tuned choice, then NCCL (several ranks per GPU
-      # need NCCL_MULTI_RANK_GPU_ENABLE=1, NCCL 2.30 or later).
       step INFO "braid-bench --backend cuda, all_reduce float sum, tuned algorithm, $np ranks" \
-        env BRAID_TIMEOUT=60 "$bench_bin" all_reduce -d float,bfloat16 -o sum -b 8 -e 256M -f 2 -n 50 -w 10 -c 1 -np "$np" --backend cuda
-      step INFO "braid-bench --backend nccl, all_reduce float sum, $np ranks" \
-        env NCCL_MULTI_RANK_GPU_ENABLE=1 "$bench_bin" all_reduce -d float,bfloat16 -o sum -b 8 -e 256M -f 2 -n 50 -w 10 -c 1 -np "$np" --backend nccl
+        env BRAID_TIMEOUT=60 "$bench_bin" all_reduce -d float -o sum -b 8 -e 256M -f 4 -n 20 -w 5 -c 1 -np "$np" --backend cuda
     done
-    for np in 2 4; do
-      # Ranks as processes (braid::cuda::process_communicator over CUDA IPC, host-synchronised).
-      step INFO "braid-bench --backend cuda --procs $np, all_reduce float sum" \
-        env BRAID_TIMEOUT=60 "$bench_bin" all_reduce -d float -o sum -b 8 -e 256M -f 2 -n 50 -w 10 -c 1 --backend cuda --procs "$np"
-      step INFO "braid-bench --backend nccl --procs $np, all_reduce float sum" \
-        env NCCL_MULTI_RANK_GPU_ENABLE=1 "$bench_bin" all_reduce -d float -o sum -b 8 -e 256M -f 2 -n 50 -w 10 -c 1 --backend nccl --procs "$np"
+    # A step inside collective_kernel against the probe's: tree broadcast takes 32 steps a round, one
+    # per 64 KiB chunk. Grid and staging varied one at a time (2 ranks, 32 MiB).
+    for shape in "" "--blocks 1" "--blocks 8" "--threads 128"; do
+      # shellcheck disable=SC2086 # $shape is zero or two words
+      step INFO "step cost: tree broadcast 32 MiB, 2 ranks ${shape:-default grid}" \
+        env BRAID_TIMEOUT=60 "$bench_bin" broadcast -a tree -d float -b 32M -e 32M -n 10 -w 2 -c 1 -np 2 --backend cuda $shape
+    done
+    step INFO "step cost: tree broadcast 32 MiB, 2 ranks, BRAID_STAGING_BYTES=64M" \
+      env BRAID_TIMEOUT=60 BRAID_STAGING_BYTES=64M "$bench_bin" broadcast -a tree -d float -b 32M -e 32M -n 10 -w 2 -c 1 -np 2 --backend cuda
+    for np in 2 4 8; do
+      # Same harness, same sizes: NCCL (several ranks per GPU need NCCL 2.30 or later and
+      # NCCL_MULTI_RANK_GPU_ENABLE=1; braid-bench says so when NCCL is older).
+      step INFO "braid-bench --backend nccl, all_reduce float sum, $np ranks" \
+        env NCCL_MULTI_RANK_GPU_ENABLE=1 "$bench_bin" all_reduce -d float -o sum -b 8 -e 256M -f 4 -n 20 -w 5 -c 1 -np "$np" --backend nccl
     done
     step INFO "braid-bench --backend cuda, correctness: every type, operator, algorithm, 4 ranks" \
       env BRAID_TIMEOUT=60 "$bench_bin" all -d all -o all -a all -b 0 -e 16807 -f 7 -n 1 -w 0 -c 1 -np 4 --backend cuda
+    for np in 2 4; do
+      # Ranks as processes (braid::cuda::process_communicator over CUDA IPC, host-synchronised).
+      step INFO "braid-bench --backend cuda --procs $np, all_reduce float sum" \
+        env BRAID_TIMEOUT=60 "$bench_bin" all_reduce -d float -o sum -b 8 -e 64M -f 8 -n 20 -w 5 -c 1 --backend cuda --procs "$np"
+      step INFO "braid-bench --backend nccl --procs $np, all_reduce float sum" \
+        env NCCL_MULTI_RANK_GPU_ENABLE=1 "$bench_bin" all_reduce -d float -o sum -b 8 -e 64M -f 8 -n 20 -w 5 -c 1 --backend nccl --procs "$np"
+    done
+    for np in 2 4 8; do
+      step INFO "braid-bench --backend cuda, all collectives, float sum, every algorithm, $np ranks" \
+        env BRAID_TIMEOUT=60 "$bench_bin" all -d float -o sum -a all -b 8 -e 256M -f 8 -n 20 -w 5 -c 1 -np "$np" --backend cuda
+    done
   else
     say "braid-bench: not built ($bench_bin)"
   fi

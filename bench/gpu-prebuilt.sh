@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# bench/gpu-prebuilt.sh — build braid's GPU binaries on a machine without a GPU, run them on one with.
+#
+# A lent GPU machine's time is short; building the GPU targets there costs minutes of it. This packs
+# a build made here (for sm_90 unless CUDAARCHS says otherwise) into one folder to carry, and runs
+# bench/gpu-check.sh on it there, its build step skipped. How it was used first:
+# bench/results/h100-2026-11-25/README.md.
+#
+#   bench/gpu-prebuilt.sh pack [DIR]
+#       here (nvcc, doctest and Google Benchmark installed: scripts/deps.sh): configures
+#       build-gpu-check (Release, CUDA on, the real-GPU tests registered, NCCL_HOME used when set),
+#       builds test_gpu, test_gpu_procs, braid-bench, braid-micro and braid-gpu-sync-probe, and copies
+#       into DIR (default .gpu; keep it out of git: `echo /.gpu/ >> .git/info/exclude`) the stripped
+#       binaries, the CTest files, libbenchmark and the path they were built under. About 5 minutes on
+#       2 cores, 47 MiB. The binaries need a glibc no older than this machine's.
+#   bench/gpu-prebuilt.sh run STEPS SECONDS [VAR=VALUE ...]
+#       there, from the repository root with DIR carried: runs gpu-check.sh with GPU_CHECK_STEPS=STEPS
+#       (test, memcheck, racecheck, bench; comma separated), at most SECONDS, VAR=VALUE in its
+#       environment (e.g. BRAID_TIMEOUT=30 SANITIZER_TIMEOUT=100), the log into $OUT when set (the
+#       device tool's output folder), else bench/results. DIR from GPU_PREBUILT_DIR (default .gpu).
+#       The CTest files name the build path of the pack machine; that path is made to point here.
+set -uo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo" || exit 2
+verb=${1:-}
+case "$verb" in
+pack)
+  dir=${2:-.gpu}
+  export PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin"
+  build=$repo/build-gpu-check
+  args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DBRAID_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${CUDAARCHS:-90}" -DBRAID_BUILD_TESTS=ON
+        -DBRAID_BUILD_BENCH=ON -DBRAID_BUILD_EXAMPLES=OFF -DBRAID_GPU_TESTS=ON)
+  [ -n "${NCCL_HOME:-}" ] && args+=("-DNCCL_HOME=$NCCL_HOME")
+  cmake -S "$repo" -B "$build" "${args[@]}" >/dev/null || exit 1
+  targets=(test_gpu test_gpu_procs braid-bench braid-micro braid-gpu-sync-probe)
+  have=()
+  for t in "${targets[@]}"; do
+    if ninja -C "$build" -t targets all 2>/dev/null | grep -q "^$t:"; then have+=("$t"); else echo "gpu-prebuilt: no target $t (skipped)"; fi
+  done
+  ninja -C "$build" -j "$(nproc)" "${have[@]}" || exit 1
+  rm -rf "${dir:?}/build-gpu-check" && mkdir -p "$dir/lib" "$dir/build-gpu-check" || exit 1
+  (cd "$build" && find . -name CTestTestfile.cmake) | while read -r f; do
+    mkdir -p "$dir/build-gpu-check/$(dirname "$f")" && cp "$build/$f" "$dir/build-gpu-check/$f"
+  done
+  for b in tests/cuda/test_gpu tests/cuda/test_gpu_procs bench/braid-bench bench/braid-micro bench/braid-gpu-sync-probe; do
+    [ -x "$build/$b" ] && mkdir -p "$dir/build-gpu-check/$(dirname "$b")" && strip -o "$dir/build-gpu-check/$b" "$build/$b"
+  done
+  lib=$(ldd "$build/bench/braid-micro" 2>/dev/null | awk '/libbenchmark/ {print $3}')
+  [ -n "$lib" ] && cp -L "$lib" "$dir/lib/$(basename "$lib")"
+  echo "$repo" >"$dir/root"
+  echo "gpu-prebuilt: packed $(du -sh "$dir" | cut -f1) into $dir (built under $repo, for sm_${CUDAARCHS:-90})"
+  ;;
+run)
+  steps=${2:?usage: gpu-prebuilt.sh run STEPS SECONDS [VAR=VALUE ...]}
+  secs=${3:?usage: gpu-prebuilt.sh run STEPS SECONDS [VAR=VALUE ...]}
+  shift 3
+  dir=${GPU_PREBUILT_DIR:-.gpu}
+  [ -f "$dir/root" ] || { echo "gpu-prebuilt: $dir/root missing: run 'pack' first and carry $dir"; exit 2; }
+  root=$(cat "$dir/root")
+  if [ "$(realpath -m "$root")" != "$repo" ]; then
+    if [ -e "$root" ]; then echo "gpu-prebuilt: $root exists here and is not this checkout"; exit 2; fi
+    mkdir -p "$(dirname "$root")" && ln -s "$repo" "$root" || exit 2
+  fi
+  [ -e "$repo/build-gpu-check" ] || ln -s "$dir/build-gpu-check" "$repo/build-gpu-check"
+  export LD_LIBRARY_PATH="$repo/$dir/lib:${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin"
+  missing=$(ldd "$repo"/build-gpu-check/tests/cuda/test_gpu "$repo"/build-gpu-check/bench/braid-* 2>/dev/null | grep "not found")
+  [ -n "$missing" ] && echo "gpu-prebuilt: missing libraries: $missing"
+  env "$@" GPU_CHECK_STEPS="$steps" BUILD_DIR="$root/build-gpu-check" timeout -s INT -k 15 "$secs" \
+    bash "$repo/bench/gpu-check.sh" "${OUT:-$repo/bench/results}"
+  ;;
+*)
+  sed -n '2,24p' "$0"
+  exit 2
+  ;;
+esac
