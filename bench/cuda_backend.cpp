@@ -579,8 +579,9 @@ int run_cuda_procs(const config& cfg, std::chrono::nanoseconds timeout, bool ncc
         if (nccl) ncclGetVersion(&nccl_version);
         if (nccl && n > ndev && nccl_version < 23000) {
           if (r == 0)
-            std::fprintf(stderr, "braid-bench: --backend nccl --procs %d: only %d GPU(s), and NCCL %d puts at most one rank on a "
-                                 "GPU (2.30 or later with NCCL_MULTI_RANK_GPU_ENABLE=1 takes several)\n", n, ndev, nccl_version);
+            std::fprintf(stderr, "braid-bench: --backend nccl --procs %d: only %d GPU(s), and NCCL %d.%d.%d puts at most one rank "
+                                 "on a GPU (2.30 or later with NCCL_MULTI_RANK_GPU_ENABLE=1 takes several)\n", n, ndev,
+                         nccl_version / 10000, (nccl_version / 100) % 100, nccl_version % 100);
           return exit_usage;
         }
         if (nccl && n > ndev && !std::getenv("NCCL_MULTI_RANK_GPU_ENABLE")) {

@@ -104,6 +104,9 @@ finish() {
   exit "$1"
 }
 
+# A time limit (timeout -s INT, as gpu-prebuilt.sh runs it) still leaves the summary in the log.
+trap 'say ""; say "INTERRUPTED by a signal: the step that was running and the steps after it did not finish"; finish 1' INT TERM
+
 section "braid gpu-check"
 say "date (UTC):  $(date -u '+%Y-%m-%d %H:%M:%S')"
 say "hostname:    $(hostname 2>/dev/null || cat /etc/hostname 2>/dev/null || echo unknown)"
@@ -347,7 +350,7 @@ if want bench; then
   # Ordered by what a short lease should see first (a time limit cuts the tail): the loop alone, one
   # step's synchronisation, the tuned all_reduce, what one step costs inside the kernel, NCCL beside,
   # correctness, then the long tables of every algorithm. 2026-11-25 on an H100 the old order spent
-  # nine minutes before the 4-rank tuned run (bench/results/h100-2026-11-25/).
+  # seven minutes before the 4-rank tuned run, which a 540 s limit then cut (bench/results/h100-2026-11-25/).
   bench_bin="$build/bench/braid-bench"
   probe_bin="$build/bench/braid-gpu-sync-probe"
   if [ -x "$bench_bin" ]; then
@@ -382,13 +385,13 @@ if want bench; then
     for np in 2 4; do
       # Ranks as processes (braid::cuda::process_communicator over CUDA IPC, host-synchronised).
       step INFO "braid-bench --backend cuda --procs $np, all_reduce float sum" \
-        env BRAID_TIMEOUT=60 "$bench_bin" all_reduce -d float -o sum -b 8 -e 64M -f 8 -n 20 -w 5 -c 1 --backend cuda --procs "$np"
+        env BRAID_TIMEOUT=60 "$bench_bin" all_reduce -d float -o sum -b 128 -e 256M -f 8 -n 20 -w 5 -c 1 --backend cuda --procs "$np"
       step INFO "braid-bench --backend nccl --procs $np, all_reduce float sum" \
-        env NCCL_MULTI_RANK_GPU_ENABLE=1 "$bench_bin" all_reduce -d float -o sum -b 8 -e 64M -f 8 -n 20 -w 5 -c 1 --backend nccl --procs "$np"
+        env NCCL_MULTI_RANK_GPU_ENABLE=1 "$bench_bin" all_reduce -d float -o sum -b 128 -e 256M -f 8 -n 20 -w 5 -c 1 --backend nccl --procs "$np"
     done
     for np in 2 4 8; do
       step INFO "braid-bench --backend cuda, all collectives, float sum, every algorithm, $np ranks" \
-        env BRAID_TIMEOUT=60 "$bench_bin" all -d float -o sum -a all -b 8 -e 256M -f 8 -n 20 -w 5 -c 1 -np "$np" --backend cuda
+        env BRAID_TIMEOUT=60 "$bench_bin" all -d float -o sum -a all -b 128 -e 256M -f 8 -n 20 -w 5 -c 1 -np "$np" --backend cuda
     done
   else
     say "braid-bench: not built ($bench_bin)"

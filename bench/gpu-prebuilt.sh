@@ -20,7 +20,7 @@
 #       device tool's output folder), else bench/results. DIR from GPU_PREBUILT_DIR (default .gpu).
 #       The CTest files name the build path of the pack machine; that path is made to point here.
 set -uo pipefail
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 cd "$repo" || exit 2
 verb=${1:-}
 case "$verb" in
@@ -54,15 +54,23 @@ run)
   steps=${2:?usage: gpu-prebuilt.sh run STEPS SECONDS [VAR=VALUE ...]}
   secs=${3:?usage: gpu-prebuilt.sh run STEPS SECONDS [VAR=VALUE ...]}
   shift 3
-  dir=${GPU_PREBUILT_DIR:-.gpu}
+  dir=$(realpath -m "${GPU_PREBUILT_DIR:-.gpu}")
+  for a in "$@"; do
+    [[ $a =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || { echo "gpu-prebuilt: '$a' is not VAR=VALUE"; exit 2; }
+  done
   [ -f "$dir/root" ] || { echo "gpu-prebuilt: $dir/root missing: run 'pack' first and carry $dir"; exit 2; }
   root=$(cat "$dir/root")
   if [ "$(realpath -m "$root")" != "$repo" ]; then
     if [ -e "$root" ]; then echo "gpu-prebuilt: $root exists here and is not this checkout"; exit 2; fi
     mkdir -p "$(dirname "$root")" && ln -s "$repo" "$root" || exit 2
   fi
-  [ -e "$repo/build-gpu-check" ] || ln -s "$dir/build-gpu-check" "$repo/build-gpu-check"
-  export LD_LIBRARY_PATH="$repo/$dir/lib:${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  if [ ! -e "$repo/build-gpu-check" ]; then
+    ln -s "$dir/build-gpu-check" "$repo/build-gpu-check" || exit 2
+  elif [ "$(realpath "$repo/build-gpu-check")" != "$(realpath "$dir/build-gpu-check")" ]; then
+    echo "gpu-prebuilt: $repo/build-gpu-check exists and is not the packed tree; move it away"
+    exit 2
+  fi
+  export LD_LIBRARY_PATH="$dir/lib:${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin"
   missing=$(ldd "$repo"/build-gpu-check/tests/cuda/test_gpu "$repo"/build-gpu-check/bench/braid-* 2>/dev/null | grep "not found")
   [ -n "$missing" ] && echo "gpu-prebuilt: missing libraries: $missing"

@@ -560,14 +560,21 @@ TEST_CASE("gpu copy-only element type: broadcast and all_gather of a 3-byte stru
   }
 }
 
-// algo::automatic: ranks sharing one GPU take cuda_tuning_one_gpu (all_reduce one_shot at every size,
-// measured on an H100), ranks on different GPUs cuda_tuning (two_shot above 256 KiB); the other
-// collectives direct in both.
+// algo::automatic: ranks sharing one GPU take cuda_tuning_one_gpu (all_reduce one_shot at every size
+// up to 8 ranks, all_gather halving_doubling for small blocks at 8 ranks; measured on an H100), ranks
+// on different GPUs cuda_tuning (two_shot above 256 KiB); otherwise direct. Needs BRAID_ALGO unset.
 TEST_CASE("gpu tuning: ranks sharing one GPU all_reduce one_shot at every size, ranks on different GPUs two_shot when large") {
   int ndev = 0;
   GPU_OK(cudaGetDeviceCount(&ndev));
   using braid::algo;
   using braid::collective;
+  {
+    // 8 ranks on one GPU: all_gather by halving_doubling up to 256 KiB per rank (measured), direct above.
+    auto eight = gt::make_group(std::vector<int>(8, 0));
+    CHECK(gt::algorithm_for(*eight, 0, collective::all_gather, std::uint64_t{256} << 10) == algo::halving_doubling);
+    CHECK(gt::algorithm_for(*eight, 7, collective::all_gather, (std::uint64_t{256} << 10) + 4) == algo::direct);
+    CHECK(gt::algorithm_for(*eight, 0, collective::all_reduce, std::uint64_t{256} << 20) == algo::one_shot);
+  }
   for (int n : {2, 4}) {
     CAPTURE(n);
     auto one = gt::make_group(std::vector<int>(static_cast<std::size_t>(n), 0));
@@ -576,6 +583,8 @@ TEST_CASE("gpu tuning: ranks sharing one GPU all_reduce one_shot at every size, 
       for (int r = 0; r < n; ++r) CHECK(gt::algorithm_for(*one, r, collective::all_reduce, bytes) == algo::one_shot);
       for (collective c : {collective::reduce_scatter, collective::all_gather, collective::broadcast, collective::reduce})
         CHECK(gt::algorithm_for(*one, 0, c, bytes) == algo::direct);
+      // The spread table takes two_shot from 256 KiB + 1: these tell the two tables apart.
+      if (bytes > (std::uint64_t{256} << 10)) CHECK(gt::algorithm_for(*one, 0, collective::all_reduce, bytes) != algo::two_shot);
     }
     if (ndev < 2) {
       MESSAGE("one GPU: the spread layout's table is not checked here (the emulated run checks it)");

@@ -39,6 +39,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <braid/cuda/process_layout.hpp>
 
@@ -183,11 +184,16 @@ sweep_result sweep(gp::comm& c, int n, int r, std::size_t large) {
 }
 
 // Which data path a sweep configuration must have taken (from the communicator's statistics).
-// many_rounds: some call ran several rounds (a round was staged ahead). "More rounds than cases" held at
-// the full sweep size but not at the sanitizers' reduced one (gpu-check memcheck on an H100, 2026-11-25).
+// many_rounds: more rounds than the same sweep took with the default staging (`more_rounds_than`, the
+// rounds an earlier run_sweep reported through `rounds_out`), some of them staged ahead. "More rounds
+// than cases" held at the full sweep size but not at the sanitizers' reduced one (gpu-check memcheck
+// on an H100, 2026-11-25: 1152 rounds for 1326 cases, 1080 with the default staging).
 enum class expect_path { copy_engines, direct_reads, many_rounds, device };
 
-int run_sweep(int n, std::size_t large, const gp::comm_options& o, const char* label, expect_path want) {
+int run_sweep(int n, std::size_t large, const gp::comm_options& o, const char* label, expect_path want,
+              std::uint64_t more_rounds_than = 0, std::uint64_t* rounds_out = nullptr) {
+  int pipe_fds[2] = {-1, -1}; // rank 0 reports its round count to this process (rounds_out)
+  if (rounds_out && ::pipe(pipe_fds) != 0) return 1;
   const auto st = braid::testing::fork_ranks(n, [&](int r, const braid::unique_id& id) {
     gp::set_device(device_for(r));
     auto c = gp::connect(braid::communicator::join(id, r, n), device_for(r), o);
@@ -203,6 +209,7 @@ int run_sweep(int n, std::size_t large, const gp::comm_options& o, const char* l
                   static_cast<unsigned long long>(s.copy_engine_bytes), static_cast<unsigned long long>(s.direct_read_bytes),
                   static_cast<unsigned long long>(s.host_syncs), static_cast<unsigned long long>(s.blocking_waits),
                   static_cast<unsigned long long>(s.staged_ahead), gp::memory_bytes(*c));
+    if (r == 0 && rounds_out && ::write(pipe_fds[1], &s.rounds, sizeof s.rounds) != static_cast<ssize_t>(sizeof s.rounds)) return 4;
     // Copy engines bring only the pieces of peers on other GPUs; a peer on this rank's GPU is read
     // in place by the reduce kernel, whatever copy_engine_min_bytes says.
     bool peer_elsewhere = false, peer_here = false;
@@ -214,7 +221,8 @@ int run_sweep(int n, std::size_t large, const gp::comm_options& o, const char* l
                          : want == expect_path::copy_engines   ? (peer_elsewhere ? s.copy_engine_bytes > 0 : true) &&
                                                                    (peer_here ? s.direct_read_bytes > 0 : s.direct_read_bytes == 0)
                          : want == expect_path::direct_reads ? s.direct_read_bytes > 0
-                                                             : s.staged_ahead > 0 && s.direct_read_bytes > 0 && s.copy_engine_bytes > 0;
+                                                             : s.rounds > more_rounds_than && s.staged_ahead > 0 &&
+                                                                   s.direct_read_bytes > 0 && s.copy_engine_bytes > 0;
     if (!path_ok) {
       std::fprintf(stderr, "rank %d: %s: the statistics do not show the expected data path\n", r, label);
       return 2;
@@ -228,6 +236,11 @@ int run_sweep(int n, std::size_t large, const gp::comm_options& o, const char* l
   });
   int bad = 0;
   for (int s : st) bad += s != 0;
+  if (rounds_out) {
+    ::close(pipe_fds[1]); // the ranks have exited: a read now ends at the end of what rank 0 wrote
+    if (::read(pipe_fds[0], rounds_out, sizeof *rounds_out) != static_cast<ssize_t>(sizeof *rounds_out)) ++bad;
+    ::close(pipe_fds[0]);
+  }
   return bad;
 }
 
@@ -251,7 +264,8 @@ TEST_CASE("reference sweep over processes (device 0, or spread by BRAID_GPU_PROC
     engines.copy_engine_min_bytes = 0;
     engines.timeout = 60s;
     engines.path = 1; // the host path, also where the ranks are on distinct GPUs
-    CHECK(run_sweep(n, large_count(), engines, "copy-engine path", expect_path::copy_engines) == 0);
+    std::uint64_t default_rounds = 0;
+    CHECK(run_sweep(n, large_count(), engines, "copy-engine path", expect_path::copy_engines, 0, &default_rounds) == 0);
     gp::comm_options direct;
     direct.copy_engine_min_bytes = std::size_t(1) << 62;
     direct.timeout = 60s;
@@ -260,7 +274,7 @@ TEST_CASE("reference sweep over processes (device 0, or spread by BRAID_GPU_PROC
     gp::comm_options small = engines;
     small.staging_bytes = 128 << 10; // 64 KiB halves: the large count takes dozens of rounds
     small.copy_engine_min_bytes = 4096;
-    CHECK(run_sweep(n, large_count(), small, "128 KiB staging, mixed paths", expect_path::many_rounds) == 0);
+    CHECK(run_sweep(n, large_count(), small, "128 KiB staging, mixed paths", expect_path::many_rounds, default_rounds) == 0);
   }
 }
 
