@@ -358,7 +358,7 @@ if want bench; then
       "$bench_bin" --backend cuda --kernel -d float,bfloat16 -b 1M -e 1G -f 4 -n 20
   fi
   if [ -x "$probe_bin" ]; then
-    step INFO "braid-gpu-sync-probe: one step's synchronisation alone and with a copy (microseconds per step)" "$probe_bin"
+    step INFO "braid-gpu-sync-probe: one step's synchronisation alone, with a copy, and with a step's other parts (us per step)" "$probe_bin"
   fi
   if [ -x "$bench_bin" ]; then
     for np in 2 4 8; do
