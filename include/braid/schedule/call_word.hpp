@@ -33,14 +33,16 @@ constexpr std::uint64_t mix64(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// The word of a call: a polynomial in an odd 64-bit constant over the previous call's word, the
-// description and `salt` (the host transport: the call's first round; CUDA: 0), then one mix. Two
-// ranks get equal words only if this call and every earlier one agree (up to a 64-bit collision).
+// The word of a call: the previous call's word, the description and `salt` (the host transport: the
+// call's first round; CUDA: 0), each times its own odd 64-bit constant, summed, then one mix. The
+// products are independent (one multiply's latency, not a chain of five), since the word is stored
+// before the post that starts the call's first round. Two ranks get equal words only if this call and
+// every earlier one agree (up to a 64-bit collision).
 constexpr std::uint64_t chain_call_word(std::uint64_t prev, const call_description& d, std::uint64_t salt) {
-  constexpr std::uint64_t k = 0x9e3779b97f4a7c15ULL;
-  std::uint64_t h = (prev ^ d[0]) * k + d[1];
-  h = (h * k + d[2]) * k + d[3];
-  return mix64(h * k + salt);
+  const std::uint64_t h = (prev * 0x9e3779b97f4a7c15ULL + d[0] * 0xc2b2ae3d27d4eb4fULL) +
+                          (d[1] * 0x165667b19e3779f9ULL + d[2] * 0xd6e8feb86659fd93ULL) +
+                          (d[3] * 0xff51afd7ed558ccdULL + salt * 0xc4ceb9fe1a85ec53ULL);
+  return mix64(h);
 }
 
 } // namespace braid::detail

@@ -66,7 +66,6 @@ public:
   // are a broadcast's root read nothing of each other) is caught at their next read of each other.
   std::uint64_t call_word = 0;
   std::array<std::uint64_t, 4> call_fp{};
-  std::vector<std::uint64_t> checked; // per peer: the last round whose word this rank compared
   std::string (*describe_call)(const std::array<std::uint64_t, 4>&) = nullptr;
 
   // Sets the word of the call whose first round is round + 1 (schedule/call_word.hpp: a short
@@ -74,20 +73,17 @@ public:
   void begin_rounds(const std::array<std::uint64_t, 4>& fp) {
     call_word = braid::detail::chain_call_word(call_word, fp, round + 1);
     call_fp = fp;
-    if (checked.size() != static_cast<std::size_t>(nranks)) checked.assign(static_cast<std::size_t>(nranks), 0);
   }
   // Round R starts: the word goes out with the release store of progress_word(R, 1) that follows.
   void publish_call(std::uint64_t R) const {
-    self().call[R & 3].store(call_word, std::memory_order_relaxed); // beside in_desc[R % 2], written next
+    self().call[R & 3].store(call_word, std::memory_order_relaxed); // on the progress line, posted next
   }
   // Before this rank reads anything of peer's in round R, having acquired a progress word of peer's
-  // round R (or later): peer's word of round R must be this call's. Once per peer and round: the word
-  // cannot change while this rank is in round R.
-  void check_call(int peer, std::uint64_t R) {
-    std::uint64_t& last = checked[static_cast<std::size_t>(peer)];
-    if (BRAID_LIKELY(last == R)) return;
+  // round R (or later): peer's word of round R must be this call's. The word cannot change while this
+  // rank is in round R, and the line it shares with in_desc is in this rank's cache after the first
+  // compare of a round, so later compares of the round cost a load and a compare, no bookkeeping.
+  void check_call(int peer, std::uint64_t R) const {
     if (BRAID_UNLIKELY(seg.rank(peer).call[R & 3].load(std::memory_order_relaxed) != call_word)) fail_mismatch(peer);
-    last = R;
   }
   [[noreturn]] void fail_mismatch(int peer) const {
     error_context c = ctx;

@@ -70,23 +70,19 @@ void run_schedule(rank_context& cx, collective coll, const collective_buffers& b
     const std::uint32_t P = S::nchunks(coll, n, schedule::pipeline_chunks<T>(len));
     const schedule::args a{coll, n, r, b.root, P};
 
-    // Prologue: the half is free once every peer finished round R - 2; then publish the input and
-    // this call's word.
+    // Prologue: the half is free once every peer finished round R - 2; then stage the input, and
+    // publish where it is, this call's word and the post: three stores to one line (segment.hpp).
     if (R >= 3)
       for (int q = 0; q < n; ++q)
         if (q != r) cx.wait_progress(q, progress_word(R - 1, 0));
-    cx.publish_call(R);
-    rank_control& me = cx.self();
-    if (b.zero_copy) {
-      me.in_desc[h] = b.in_desc;
-    } else {
-      me.in_desc[h] = 0;
+    if (!b.zero_copy)
       for (std::uint32_t c = 0; c < P; ++c) {
         if (!map.stages(c, S::in_published(a, c))) continue;
         const chunk_span s = schedule::chunk_at(coll, len, P, c, unit);
         if (s.count) std::memcpy(slot(r, h, 0, c, s), in + map.in_off(c, s, base), s.count * sizeof(T));
       }
-    }
+    cx.self().in_desc[h] = b.zero_copy ? b.in_desc : 0;
+    cx.publish_call(R);
     cx.post(progress_word(R, 1));
 
     const int nsteps = S::nsteps(a);
@@ -120,7 +116,9 @@ void run_schedule(rank_context& cx, collective coll, const collective_buffers& b
         if (!w && !o) continue;
         reduce_n<T>(ptrs, ns, o ? o : w, o ? w : nullptr, sp.count, op, st.final, n);
       }
-      cx.post(progress_word(R, static_cast<std::uint64_t>(j) + 2));
+      // The last step's post is the round's end below: (R + 1) << 24 exceeds every word of round R, so
+      // a peer waiting for this step is released by it, and the line peers spin on moves once less.
+      if (j + 1 < nsteps) cx.post(progress_word(R, static_cast<std::uint64_t>(j) + 2));
     }
     cx.post(progress_word(R + 1, 0));
   }
@@ -143,7 +141,7 @@ inline void run_barrier(rank_context& cx) {
   for (int k = 0; k < K; ++k) {
     const schedule::step st = schedule::dissemination::at(n, cx.rank, k);
     cx.wait_progress(st.src[0].rank, progress_word(R, static_cast<std::uint64_t>(st.src[0].ready + 2)));
-    cx.post(progress_word(R, static_cast<std::uint64_t>(k) + 2));
+    if (k + 1 < K) cx.post(progress_word(R, static_cast<std::uint64_t>(k) + 2)); // the last: the round's end
   }
   cx.post(progress_word(R + 1, 0));
 }

@@ -18,7 +18,7 @@
 namespace braid::host {
 
 inline constexpr std::uint64_t segment_magic = 0x62726169642d7368ULL; // "braid-sh"
-inline constexpr std::uint32_t segment_version = 2; // 2: rank_control::call
+inline constexpr std::uint32_t segment_version = 3; // 2: rank_control::call; 3: in_desc and call on the progress line
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "braid needs lock-free 64-bit atomics");
 
@@ -39,11 +39,11 @@ struct alignas(control_stride) segment_header {
 };
 
 struct alignas(control_stride) rank_control {
+  // The line peers spin on: the progress word and what a reader needs right after acquiring it.
   // (round << 24) | steps posted in that round: 1 after the round's input is published, j + 2 after
   // step j; (round + 1) << 24 once the rank has finished the round (and read everything it needed).
+  // The last step's post is folded into that one (host/executor.hpp).
   alignas(control_stride) std::atomic<std::uint64_t> progress;
-  alignas(control_stride) std::atomic<std::uint32_t> state;
-  std::int32_t pid;
   // Where this rank's input for rounds of parity h is: 0 = staged in its window; otherwise a pointer
   // (threads) or a registered-buffer descriptor (processes) to the start of the user's input.
   std::uint64_t in_desc[2];
@@ -53,11 +53,14 @@ struct alignas(control_stride) rank_control {
   // progress_word(R, 1) that starts round R; a reader that acquired a word of round R from this rank
   // compares it before it reads any of this rank's data.
   // Four slots: a rank rewrites slot R % 4 only in round R + 4, which needs every peer to have finished
-  // round R + 2, so the word of round R is stable while any peer is in round R, R + 1 or R + 2. They
-  // share in_desc's cache line, which the rank writes at the start of every round anyway and readers
-  // of its input load anyway: not the progress word's line, where a second store before the post
-  // would cost a second transfer of the line that peers spin on.
+  // round R + 2, so the word of round R is stable while any peer is in round R, R + 1 or R + 2.
+  // in_desc and the call word share the progress word's 64 bytes: a round start stores in_desc, the
+  // word and the post back to back (after the staging copy), so the line moves to the writer once, and
+  // a reader that acquired the post has both in its cache with it. On their own line (layout 2) they
+  // cost every reader one more transfer per round: that was the call word's cost at the latency floor.
   std::atomic<std::uint64_t> call[4];
+  alignas(control_stride) std::atomic<std::uint32_t> state;
+  std::int32_t pid;
   // Debug-mode fingerprint of the current call (collective, type, op, count, root, sequence):
   // fingerprint[] is written, then fingerprint_seq stored with release; once this rank compared every
   // peer's fingerprint it stores fingerprint_checked. A rank rewrites its fingerprint only after every
@@ -68,6 +71,7 @@ struct alignas(control_stride) rank_control {
 };
 
 static_assert(sizeof(rank_control) == 2 * control_stride, "a rank control block is two control lines (guarantees.md, memory use)");
+static_assert(sizeof(std::atomic<std::uint64_t>) * 5 + sizeof(std::uint64_t) * 2 <= 64, "progress, in_desc and the call words share one 64-byte line");
 
 // Send/recv between an ordered pair (sender s, receiver d): the sender publishes a message header and
 // then pieces of it in its send buffer; the receiver acknowledges bytes as it copies them out.
