@@ -2,13 +2,17 @@
 // accumulator, eight lanes at a time with AVX2 (and F16C for half), chosen at run time.
 //
 // Contract: for every input, the bits these functions produce are those of the element-by-element
-// conversions in float16.hpp and fp8.hpp (the scalar path): widening is exact, NaN payloads included
-// (F16C quiets signalling NaNs; the quiet bit is put back as it was); narrowing rounds to nearest,
+// conversions in float16.hpp and fp8.hpp (the scalar path): widen() is exact, NaN payloads included
+// (F16C quiets signalling NaNs; the quiet bit is put back as it was); narrow() rounds to nearest,
 // ties to even, with the same infinities, saturation, signed zeros, subnormals and NaN rules. The
-// float arithmetic between them is the operator's, in the same order (sources 0, 1, ..., ns-1). None of
-// it depends on MXCSR: conversions take their rounding from the instruction, not from MXCSR, and
-// ignore DAZ/FTZ; the float sums, products, quotients, min and max are the same instructions' IEEE
-// results as the scalar loop's. So a rank with AVX2 and a rank without agree bit for bit.
+// reduction loop computes the operator's float arithmetic between them in the same order (sources
+// 0, 1, ..., ns-1) and stores the scalar loop's bits. None of it depends on MXCSR: conversions take
+// their rounding from the instruction, not from MXCSR, and ignore DAZ/FTZ; the float sums, products,
+// quotients, min and max are the same IEEE operations as the scalar loop's, under the same MXCSR.
+// So a rank with AVX2 and a rank without agree bit for bit, with one exception that the scalar loop
+// has too: where two NaNs meet in a sum or product, x86 returns the first operand's payload and sign,
+// and C++ lets the compiler put either operand of a + b first (g++'s and clang++'s scalar loops
+// differ), so which NaN comes out is the compiler's choice.
 //
 // Compiled only by GCC or Clang for x86-64, outside nvcc and hipcc (whose host passes keep the scalar
 // loop); nothing here needs -mavx2: the functions carry target attributes and run only when CPUID
@@ -85,8 +89,12 @@ BRAID_X86_AVX2 inline __m256i splat(std::uint32_t v) noexcept {
 // ---------------------------------------------------------------- widening: 8 elements to 8 floats
 
 // Eight halves (raw encodings) to float. vcvtph2ps is exact but quiets signalling NaNs (sets float
-// bit 22); decode() keeps the payload as it is, so for NaN lanes bit 22 is copied from half bit 9.
-BRAID_X86_AVX2 inline __m256 widen_half_bits(__m128i raw) noexcept {
+// bit 22); decode() keeps the payload as it is, so with ExactNaN, for NaN lanes bit 22 is copied from
+// half bit 9. Without, a signalling NaN comes out quiet: the reduction loop, whose floats only meet
+// float arithmetic (which quiets NaNs), comparisons (where all NaNs are alike) and narrowing (which
+// sets the quiet bit), gives the same bits either way.
+template <bool ExactNaN = true> BRAID_X86_AVX2 inline __m256 widen_half_bits(__m128i raw) noexcept {
+  if constexpr (!ExactNaN) return _mm256_cvtph_ps(raw);
   const __m256i h = _mm256_cvtepu16_epi32(raw);
   const __m256i f = _mm256_castps_si256(_mm256_cvtph_ps(raw));
   const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(h, splat(0x7fffu)), splat(0x7c00u));
@@ -95,10 +103,11 @@ BRAID_X86_AVX2 inline __m256 widen_half_bits(__m128i raw) noexcept {
 }
 
 // Sixteen elements at p to float, in order: out[0] gets elements 0..7, out[1] elements 8..15.
-template <class T> BRAID_X86_AVX2 inline void widen16(const T* p, __m256* out) noexcept {
+// ExactNaN: as widen_half_bits (only half and e5m2 have signalling NaNs to quiet).
+template <class T, bool ExactNaN = true> BRAID_X86_AVX2 inline void widen16(const T* p, __m256* out) noexcept {
   if constexpr (std::is_same_v<T, half>) {
-    out[0] = widen_half_bits(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    out[1] = widen_half_bits(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
+    out[0] = widen_half_bits<ExactNaN>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    out[1] = widen_half_bits<ExactNaN>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
   } else if constexpr (std::is_same_v<T, bfloat16>) {
     for (std::size_t j = 0; j < 2; ++j) {
       const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8 * j)));
@@ -126,8 +135,8 @@ template <class T> BRAID_X86_AVX2 inline void widen16(const T* p, __m256* out) n
       out[1] = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), scale);
       return;
     }
-    out[0] = widen_half_bits(_mm256_castsi256_si128(h));
-    out[1] = widen_half_bits(_mm256_extracti128_si256(h, 1));
+    out[0] = widen_half_bits<ExactNaN>(_mm256_castsi256_si128(h));
+    out[1] = widen_half_bits<ExactNaN>(_mm256_extracti128_si256(h, 1));
   }
 }
 
@@ -245,13 +254,13 @@ BRAID_X86_AVX2 void reduce_n_avx2(const T* const* src, int ns, T* dst, T* dst2, 
   const __m256 n = _mm256_set1_ps(static_cast<float>(nranks));
   const std::size_t blocks = count - count % 32;
   for (std::size_t i = 0; i < blocks; i += 32) {
-    __m256 acc[4];
-    widen16(src[0] + i, acc);
-    widen16(src[0] + i + 16, acc + 2);
+    __m256 acc[4]; // signalling NaNs may come out quiet: the same bits at the end (widen_half_bits)
+    widen16<T, false>(src[0] + i, acc);
+    widen16<T, false>(src[0] + i + 16, acc + 2);
     for (int s = 1; s < ns; ++s) {
       __m256 v[4];
-      widen16(src[s] + i, v);
-      widen16(src[s] + i + 16, v + 2);
+      widen16<T, false>(src[s] + i, v);
+      widen16<T, false>(src[s] + i + 16, v + 2);
       for (std::size_t j = 0; j < 4; ++j) acc[j] = combine<k>(acc[j], v[j]);
     }
     if (divide)
