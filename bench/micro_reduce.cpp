@@ -97,6 +97,8 @@ int main(int argc, char** argv) {
   register_type<float>();
   register_type<braid::bfloat16>();
   register_type<braid::half>();
+  register_type<braid::fp8_e4m3>();
+  register_type<braid::fp8_e5m2>();
   register_type<double>();
   register_type<std::int32_t>();
   benchmark::Initialize(&argc, argv);
