@@ -65,14 +65,16 @@ public:
   // (collectives and barriers) agree: a mismatch that no read noticed (two ranks that both think they
   // are a broadcast's root read nothing of each other) is caught at their next read of each other.
   std::uint64_t call_word = 0;
-  std::array<std::uint64_t, 4> call_fp{};
+  // The description of the call in progress, for the mismatch message; the caller's array, which lives
+  // until the call returns (a pointer, not a copy: copying it on every call stalled on store forwarding).
+  const std::array<std::uint64_t, 4>* call_fp = nullptr;
   std::string (*describe_call)(const std::array<std::uint64_t, 4>&) = nullptr;
 
   // Sets the word of the call whose first round is round + 1 (schedule/call_word.hpp: a short
   // dependent chain, since this runs on every call, small ones included).
   void begin_rounds(const std::array<std::uint64_t, 4>& fp) {
     call_word = braid::detail::chain_call_word(call_word, fp, round + 1);
-    call_fp = fp;
+    call_fp = &fp;
   }
   // Round R starts: the word goes out with the release store of progress_word(R, 1) that follows.
   void publish_call(std::uint64_t R) const {
@@ -88,7 +90,7 @@ public:
   [[noreturn]] void fail_mismatch(int peer) const {
     error_context c = ctx;
     c.peer = peer;
-    const std::string mine = describe_call ? describe_call(call_fp) : std::string("a collective");
+    const std::string mine = describe_call && call_fp ? describe_call(*call_fp) : std::string("a collective");
     const std::string m = "mismatched calls: rank " + std::to_string(rank) + " called " + mine + "; rank " +
                           std::to_string(peer) + "'s call differs in collective, element type, operator, count, root or "
                           "algorithm, or an earlier call of the two ranks did, or they are out of step (BRAID_DEBUG=1 "
