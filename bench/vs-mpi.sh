@@ -1,23 +1,32 @@
 #!/usr/bin/env bash
-# bench/vs-mpi.sh — braid's process backend against OpenMPI's MPI_Allreduce on this host, in one run.
+# bench/vs-mpi.sh — braid's process backend against OpenMPI's MPI_Allreduce on this host, in one run,
+# in three settings (issue 15):
+#   quiet2   2 processes, nothing else started;
+#   hog2     2 processes beside a CPU hog: a busy loop the script starts (pinned to the last CPU,
+#            nice HOG_NICE) before the setting's runs and kills after them;
+#   four     4 processes (on this 2-CPU machine: 2 ranks per core).
 #
 #   bench/vs-mpi.sh [BUILD_DIR]          (default: build/; needs braid-bench and braid-mpi-allreduce)
 #
-# For N = 2 and 4 ranks, float sum, sizes MIN..MAX bytes (factor FACTOR), both timed the same way:
-# per size, WARMUP untimed calls, a barrier, ITERS timed calls; time = mean per call on each rank, the
-# maximum over ranks (us). braid: `braid-bench all_reduce --backend procs` (out-of-place column, the
-# tuning table's algorithm, results checked); MPI: `mpirun -np N braid-mpi-allreduce` (out-of-place).
-# Prints one table per N: size, braid time, MPI time, MPI/braid (> 1: braid is faster), with the
-# machine, date and commit above them.
+# Float sum, out-of-place, sizes MIN..MAX bytes (factor FACTOR), both timed the same way: per size,
+# WARMUP untimed calls, a barrier, ITERS timed calls; time = mean per call on each rank, the maximum
+# over ranks (us). braid: `braid-bench all_reduce --backend procs` (the tuning table's algorithm,
+# results checked); MPI: `mpirun -np N braid-mpi-allreduce`. PASSES passes, braid and MPI alternating
+# first; a pass runs every setting. Per setting it prints, per size, the medians over passes of
+# braid's and MPI's time and busbw, and the median of the per-pass ratios MPI/braid (> 1: braid is
+# faster) with their range. bench/plot-vs-mpi.py draws the log.
 #
-# Environment: RANKS ("2 4"), MIN (4), MAX (64M), FACTOR (4), ITERS (20), WARMUP (5),
+# Environment: SETTINGS ("quiet2 hog2 four"), PASSES (3), MIN (4), MAX (64M), FACTOR (4), ITERS (20),
+# WARMUP (5), HOG_NICE (19: the issue's measurement was beside a nice'd compile; 0 for an equal job),
 # MPIRUN_ARGS (extra mpirun flags; --oversubscribe is always passed, --allow-run-as-root as root).
 set -euo pipefail
 
 build=${1:-build}
 bench="$build/bench/braid-bench"
 mpi="$build/bench/braid-mpi-allreduce"
-RANKS=${RANKS:-"2 4"}
+SETTINGS=${SETTINGS:-"quiet2 hog2 four"}
+PASSES=${PASSES:-3}
+HOG_NICE=${HOG_NICE:-19}
 MIN=${MIN:-4}
 MAX=${MAX:-64M}
 FACTOR=${FACTOR:-4}
@@ -51,45 +60,79 @@ fi
 cpu=$(awk -F': *' '/^model name/ {print $2; exit}' /proc/cpuinfo)
 
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 echo "# braid (processes backend) vs OpenMPI MPI_Allreduce, float sum, out-of-place"
 echo "# date     $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 echo "# machine  $(nproc) cpus, ${cpu:-unknown cpu}, $(uname -sr)"
 echo "# commit   $commit"
 echo "# mpi      $(mpirun --version 2>&1 | head -1)"
-echo "# method   per size: $WARMUP warmup calls, barrier, $ITERS timed calls; mean per call, max over ranks (us)"
+echo "# method   per size: $WARMUP warmup calls, barrier, $ITERS timed calls; mean per call, max over ranks (us);"
+echo "#          $PASSES passes (braid and MPI alternate going first), medians over passes"
 echo "#          mpirun ${mpirun_flags[*]}"
+echo "# load     $(cut -d' ' -f1-3 /proc/loadavg) at the start"
+
+hog_pid=
+stop_hog() { if [[ -n $hog_pid ]]; then kill "$hog_pid" 2>/dev/null || true; wait "$hog_pid" 2>/dev/null || true; hog_pid=; fi; }
+trap 'stop_hog; rm -rf "$tmp"' EXIT
+start_hog() {
+  local cpu_last=$(($(nproc) - 1))
+  nice -n "$HOG_NICE" taskset -c "$cpu_last" bash -c 'while :; do :; done' &
+  hog_pid=$!
+  sleep 0.2
+}
 
 status=0
-for n in $RANKS; do
-  if ! "$bench" all_reduce --backend procs -np "$n" -d float -o sum -b "$MIN" -e "$MAX" -f "$FACTOR" \
-         -n "$ITERS" -w "$WARMUP" -c 1 --csv "$tmp/braid.csv" >"$tmp/braid.log" 2>&1; then
-    echo "vs-mpi.sh: braid-bench failed for $n ranks:" >&2
-    cat "$tmp/braid.log" >&2
-    status=1
-    continue
-  fi
-  if ! mpirun "${mpirun_flags[@]}" -np "$n" "$mpi" -b "$MIN" -e "$MAX" -f "$FACTOR" -n "$ITERS" -w "$WARMUP" \
-         >"$tmp/mpi.csv" 2>"$tmp/mpi.err"; then
-    echo "vs-mpi.sh: mpirun failed for $n ranks:" >&2
-    cat "$tmp/mpi.err" >&2
-    status=1
-    continue
-  fi
-  echo "#"
-  echo "# $n ranks"
-  # braid.csv: collective,algorithm,backend,nranks,size,count,type,redop,root,time_us,algbw,busbw,wrong,...
-  # mpi.csv:   size,count,time_us,algbw,busbw,wrong
-  awk -F, '
-    FNR == 1 { next }
-    FILENAME == ARGV[1] { t[$5] = $10; w[$5] = $13; next }
-    ($1 in t) {
-      ratio = t[$1] > 0 ? $3 / t[$1] : 0
-      printf "%12s  %14.2f  %14.2f  %10.2f%s\n", $1, t[$1], $3, ratio,
-             (w[$1] != "0" || $6 != "0") ? "  (wrong values: braid " w[$1] ", mpi " $6 ")" : ""
+for ((p = 1; p <= PASSES; p++)); do
+  for setting in $SETTINGS; do
+    case $setting in
+      quiet2) n=2 ;;
+      hog2) n=2; start_hog ;;
+      four) n=4 ;;
+      *) echo "vs-mpi.sh: unknown setting '$setting' (quiet2, hog2, four)" >&2; exit 2 ;;
+    esac
+    run_braid() {
+      "$bench" all_reduce --backend procs -np "$n" -d float -o sum -b "$MIN" -e "$MAX" -f "$FACTOR" \
+        -n "$ITERS" -w "$WARMUP" -c 1 --csv "$tmp/$setting-$p-braid.csv" >"$tmp/braid.log" 2>&1 ||
+        { echo "vs-mpi.sh: braid-bench failed ($setting, pass $p):" >&2; cat "$tmp/braid.log" >&2; status=1; }
     }
-    BEGIN { printf "# %10s  %14s  %14s  %10s\n", "size (B)", "braid (us)", "MPI (us)", "MPI/braid" }
-  ' "$tmp/braid.csv" "$tmp/mpi.csv"
+    run_mpi() {
+      mpirun "${mpirun_flags[@]}" -np "$n" "$mpi" -b "$MIN" -e "$MAX" -f "$FACTOR" -n "$ITERS" -w "$WARMUP" \
+        >"$tmp/$setting-$p-mpi.csv" 2>"$tmp/mpi.err" ||
+        { echo "vs-mpi.sh: mpirun failed ($setting, pass $p):" >&2; cat "$tmp/mpi.err" >&2; status=1; }
+    }
+    if ((p % 2)); then run_braid; run_mpi; else run_mpi; run_braid; fi
+    stop_hog
+  done
 done
+
+# braid csv: collective,algorithm,backend,nranks,size,count,type,redop,root,time_us,algbw,busbw,wrong,...
+# mpi csv:   size,count,time_us,algbw,busbw,wrong
+python3 - "$tmp" "$PASSES" "$HOG_NICE" $SETTINGS <<'PY' || status=1
+import csv, os, statistics as st, sys
+tmp, passes, hog_nice, settings = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+what = {"quiet2": "2 processes, nothing else started",
+        "hog2": f"2 processes beside a busy loop pinned to the last CPU (nice {hog_nice})",
+        "four": "4 processes"}
+for s in settings:
+    rows = {}  # size -> list of (braid_t, braid_busbw, mpi_t, mpi_busbw, wrong)
+    for p in range(1, passes + 1):
+        fb, fm = f"{tmp}/{s}-{p}-braid.csv", f"{tmp}/{s}-{p}-mpi.csv"
+        if not (os.path.exists(fb) and os.path.exists(fm)): continue
+        b = {int(r["size"]): r for r in csv.DictReader(open(fb))}
+        for r in csv.DictReader(open(fm)):
+            z = int(r["size"])
+            if z in b:
+                rows.setdefault(z, []).append((float(b[z]["time_us"]), float(b[z]["busbw"]), float(r["time_us"]),
+                                               float(r["busbw"]), int(b[z]["wrong"]) + int(r["wrong"])))
+    print("#")
+    print(f"# setting {s}: {what[s]}")
+    print(f"# {'size (B)':>10}  {'braid (us)':>11}  {'MPI (us)':>11}  {'MPI/braid':>9}  {'range':>11}  {'braid busbw':>11}  {'MPI busbw':>10}  passes")
+    for z in sorted(rows):
+        v = rows[z]
+        r = [m / b for b, _, m, _, _ in v if b > 0]
+        wrong = sum(x[4] for x in v)
+        print(f"{z:12d}  {st.median(x[0] for x in v):11.2f}  {st.median(x[2] for x in v):11.2f}  {st.median(r):9.2f}"
+              f"  {min(r):5.2f}-{max(r):<5.2f}  {st.median(x[1] for x in v):11.3f}  {st.median(x[3] for x in v):10.3f}  {len(v)}"
+              + (f"  (wrong values: {wrong})" if wrong else ""))
+PY
 exit $status
