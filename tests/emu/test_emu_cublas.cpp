@@ -37,7 +37,12 @@ template <class T> struct dbuf {
   ~dbuf() { (void)cudaFree(d); }
   dbuf(const dbuf&) = delete;
   dbuf& operator=(const dbuf&) = delete;
-  void put() { EMU_OK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice)); }
+  // cudaMemcpy from pageable memory returns once the source is staged; the copy itself runs on the
+  // legacy stream, which non-blocking streams do not wait for: wait for it here.
+  void put() {
+    EMU_OK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    EMU_OK(cudaStreamSynchronize(nullptr));
+  }
   void get() { EMU_OK(cudaMemcpy(h.data(), d, h.size() * sizeof(T), cudaMemcpyDeviceToHost)); }
 };
 
