@@ -56,8 +56,9 @@ struct alignas(control_stride) rank_control {
   // round R + 2, so the word of round R is stable while any peer is in round R, R + 1 or R + 2.
   // in_desc and the call word share the progress word's 64 bytes: a round start stores in_desc, the
   // word and the post back to back (after the staging copy), so the line moves to the writer once, and
-  // a reader that acquired the post has both in its cache with it. On their own line (layout 2) they
-  // cost every reader one more transfer per round: that was the call word's cost at the latency floor.
+  // a reader that acquired the post has both in its cache with it. (Layout 2 had them on a line of
+  // their own; moving them measured as no change at the latency floor, 2026-11-25: the call word's
+  // cost there was a store-forwarding stall, context.hpp's call_fp.)
   std::atomic<std::uint64_t> call[4];
   alignas(control_stride) std::atomic<std::uint32_t> state;
   std::int32_t pid;
