@@ -624,7 +624,10 @@ TEST_CASE("device path: an aborted rank and a killed process stop every kernel, 
       } catch (const braid::error& e) {
         std::printf("rank %d: after %d calls: %s\n", r, i, e.what());
         const bool named = e.code() == errc::peer_failed && std::strstr(e.what(), "rank 2's process ended");
-        return named && i >= 3 ? 0 : 4;
+        // Rank 2 returned from call 2 before it died, but a survivor can still be inside call 2 (its
+        // kernel not yet past its last check) when the watcher records the death: call 2 may raise,
+        // calls 0 and 1 may not (rank 2 could not finish call 2 before every rank was in it).
+        return named && i >= 2 ? 0 : 4;
       }
       if (i > 100000) return 5;
     }
@@ -656,7 +659,8 @@ TEST_CASE("a killed process makes every survivor raise within the deadline") {
         const bool named = e.code() == errc::peer_failed || e.code() == errc::aborted || e.code() == errc::timeout ||
                            (e.code() == errc::invalid_usage && std::strstr(e.what(), "rank 2"));
         std::printf("rank %d: after %d calls: %s\n", r, i, e.what());
-        return named && i >= 5 ? 0 : 4;
+        // As above: the last call rank 2 took part in (call 4) may raise on a survivor still inside it.
+        return named && i >= 4 ? 0 : 4;
       }
       if (i > 100000) return 5;
     }
