@@ -114,6 +114,7 @@ struct config {
   double timeout_s = 0; // 0: options::from_env() (BRAID_TIMEOUT, default 300 s)
   bool inject_fault = false; // tests the checker: the last rank flips a bit of its output
   bool kernel = false;       // --kernel (CUDA): the reduce-copy loop alone against cudaMemcpy
+  int bind = -1;             // --bind (procs): 1 core, 0 none, -1 auto (core when ranks <= usable CPUs, as mpirun)
   bool cuda_procs = false;   // --procs N (cuda, nccl): ranks are processes (braid::cuda::process_communicator, NCCL)
   int cuda_blocks = 0;       // --blocks N (cuda): group_options::max_blocks_per_rank (0: its default)
   int cuda_threads = 0;      // --threads N (cuda): group_options::threads_per_block (0: its default)

@@ -8,9 +8,31 @@
 
 #include <support/fork_ranks.hpp>
 
+#include <sched.h>
+
 namespace {
 
 using namespace braid_bench;
+
+// --bind: rank r of a procs run on the r-th CPU this process may use (mpirun binds its ranks to cores
+// by default when there are at most 2; unbound, two ranks can share one CPU for a while and hand it to
+// each other at every step). auto: only when every rank can have a CPU of its own.
+void bind_rank(const config& cfg, int rank) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (cfg.bind == 0 || ::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  const int cpus = CPU_COUNT(&allowed);
+  if (cfg.bind < 0 && cfg.nranks > cpus) return;
+  for (int c = 0, seen = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &allowed)) continue;
+    if (seen++ != rank % cpus) continue;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(c, &one);
+    ::sched_setaffinity(0, sizeof one, &one);
+    return;
+  }
+}
 
 void print_help(const char* argv0) {
   std::printf(
@@ -42,6 +64,9 @@ void print_help(const char* argv0) {
       "                        GPU r %% device count; builds with CUDA only), or\n"
       "                        nccl (NCCL in the same harness; builds that found NCCL) [threads]\n"
       "  -T, --timeout S       deadline of every wait in seconds   [BRAID_TIMEOUT or 300]\n"
+      "      --bind B          with --backend procs: core (rank r on the r-th CPU this process\n"
+      "                        may use), none, or auto (core when ranks <= CPUs: what mpirun\n"
+      "                        does by default for 2 ranks)                           [auto]\n"
       "      --csv FILE        also write the rows as CSV\n"
       "      --procs N         with --backend cuda or nccl: N ranks as N forked processes\n"
       "                        (braid::cuda::process_communicator over CUDA IPC, or NCCL ranks);\n"
@@ -238,6 +263,11 @@ int parse_args(int argc, char** argv, config& cfg) {
       } else {
         return bad("unknown backend '" + vs + "' (threads, procs, cuda, nccl)");
       }
+    } else if (a == "--bind") {
+      if (v == "core") cfg.bind = 1;
+      else if (v == "none") cfg.bind = 0;
+      else if (v == "auto") cfg.bind = -1;
+      else return bad("--bind needs core, none or auto");
     } else if (a == "--blocks") {
       if (!parse_int(v, cfg.cuda_blocks) || cfg.cuda_blocks < 1 || cfg.cuda_blocks > 1024) return bad("--blocks needs 1..1024");
     } else if (a == "--threads") {
@@ -330,6 +360,7 @@ int main(int argc, char** argv) {
   const std::vector<int> st = braid::testing::fork_ranks(
       cfg.nranks,
       [&](int rank, const braid::unique_id& id) {
+        bind_rank(cfg, rank);
         try {
           braid::communicator comm = braid::communicator::join(id, rank, cfg.nranks, opts);
           rank_runner rr(comm, cfg, bd, opts.timeout);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/floor-pairs.sh — the latency floor of several revisions side by side, on a noisy machine.
-#   bash bench/floor-pairs.sh [-p PASSES] [-s BYTES] REV_A REV_B ...   (a REV may be "work": the working tree)
+#   bash bench/floor-pairs.sh [-p PASSES] [-s BYTES] REV_A REV_B ...   (a REV may be "work": the working tree,
+#                                                                      or a directory holding an include/)
 # Builds bench/floor_latency.cpp (this tree's copy) against each revision's include/ (g++ -O2), then runs
 # PASSES passes; a pass runs every build once, in alternating order, and starts only after the machine
 # was at least 95% idle for 0.3 s (a pass then takes well under a second). Prints the raw passes, then
@@ -15,8 +16,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 names=()
 for i in $(seq 1 $#); do
-  rev=${!i}; name="$i-$rev"; names+=("$name"); mkdir -p "$tmp/$name"
-  if [[ $rev == work ]]; then cp -r "$root/include" "$tmp/$name/"; else git -C "$root" archive "$rev" include | tar -x -C "$tmp/$name"; fi
+  rev=${!i}; name="$i-${rev//\//_}"; names+=("$name"); mkdir -p "$tmp/$name"
+  if [[ $rev == work ]]; then cp -r "$root/include" "$tmp/$name/"
+  elif [[ -d $rev/include ]]; then cp -r "$rev/include" "$tmp/$name/"
+  else git -C "$root" archive "$rev" include | tar -x -C "$tmp/$name"; fi
   g++ -std=c++20 -O2 -I"$tmp/$name/include" "$root/bench/floor_latency.cpp" -o "$tmp/$name/probe" -lpthread
 done
 idle() {

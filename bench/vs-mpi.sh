@@ -18,7 +18,9 @@
 #
 # Environment: SETTINGS ("quiet2 hog2 four"), PASSES (3), MIN (4), MAX (64M), FACTOR (4), ITERS (20),
 # WARMUP (5), HOG_NICE (19: the measurement was beside a nice'd compile; 0 for an equal job),
-# MPIRUN_ARGS (extra mpirun flags; --oversubscribe is always passed, --allow-run-as-root as root).
+# MPIRUN_ARGS (extra mpirun flags; --oversubscribe is always passed, --allow-run-as-root as root),
+# BRAID_BENCH_ARGS (extra braid-bench flags, e.g. "--bind none"; braid-bench binds rank r to the r-th
+# CPU when every rank can have one, as mpirun binds 2 ranks to cores by default).
 set -euo pipefail
 
 build=${1:-build}
@@ -69,6 +71,7 @@ echo "# mpi      $(mpirun --version 2>&1 | head -1)"
 echo "# method   per size: $WARMUP warmup calls, barrier, $ITERS timed calls; mean per call, max over ranks (us);"
 echo "#          $PASSES passes (braid and MPI alternate going first), medians over passes"
 echo "#          mpirun ${mpirun_flags[*]}"
+echo "#          braid-bench ${bench}${BRAID_BENCH_ARGS:+ $BRAID_BENCH_ARGS}"
 echo "# load     $(cut -d' ' -f1-3 /proc/loadavg) at the start"
 
 hog_pid=
@@ -92,7 +95,7 @@ for ((p = 1; p <= PASSES; p++)); do
     esac
     run_braid() {
       "$bench" all_reduce --backend procs -np "$n" -d float -o sum -b "$MIN" -e "$MAX" -f "$FACTOR" \
-        -n "$ITERS" -w "$WARMUP" -c 1 --csv "$tmp/$setting-$p-braid.csv" >"$tmp/braid.log" 2>&1 ||
+        -n "$ITERS" -w "$WARMUP" -c 1 --csv "$tmp/$setting-$p-braid.csv" ${BRAID_BENCH_ARGS:-} >"$tmp/braid.log" 2>&1 ||
         { echo "vs-mpi.sh: braid-bench failed ($setting, pass $p):" >&2; cat "$tmp/braid.log" >&2; status=1; }
     }
     run_mpi() {

@@ -68,7 +68,7 @@ private:
 
 // Every variable options::from_env and launch_info_from_env read, unset.
 void clean_env(env_scope& e) {
-  for (const char* n : {"BRAID_TIMEOUT", "BRAID_ALGO", "BRAID_STAGING_BYTES", "BRAID_DEBUG", "BRAID_UNIQUE_ID", "RANK",
+  for (const char* n : {"BRAID_TIMEOUT", "BRAID_SPIN", "BRAID_ALGO", "BRAID_STAGING_BYTES", "BRAID_DEBUG", "BRAID_UNIQUE_ID", "RANK",
                         "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                         "TORCHELASTIC_RUN_ID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                         "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID",
@@ -397,6 +397,9 @@ TEST_CASE("bad environment values: each message says what is wrong with the valu
       {"BRAID_TIMEOUT", "1e3", "BRAID_TIMEOUT='1e3' has an unknown unit 'e3'"},
       {"BRAID_TIMEOUT", "10 ms", "BRAID_TIMEOUT='10 ms' has an unknown unit ' ms'"},
       {"BRAID_TIMEOUT", "99999999999", "BRAID_TIMEOUT='99999999999' is too large (at most 10^18 ns"},
+      {"BRAID_SPIN", "0", "BRAID_SPIN='0' must be positive"},
+      {"BRAID_SPIN", "fast", "BRAID_SPIN='fast' is not a number"},
+      {"BRAID_SPIN", "5h", "BRAID_SPIN='5h' has an unknown unit 'h'"},
       {"BRAID_STAGING_BYTES", "0", "BRAID_STAGING_BYTES='0' must be positive"},
       {"BRAID_STAGING_BYTES", "-1", "BRAID_STAGING_BYTES='-1' must be positive"},
       {"BRAID_STAGING_BYTES", "4096", "BRAID_STAGING_BYTES='4096' is below the minimum of 64K (65536 bytes)"},
@@ -422,6 +425,15 @@ TEST_CASE("bad environment values: each message says what is wrong with the valu
       what = e.what();
     }
     CHECK_MESSAGE(what.find(c.says) != std::string::npos, "got: " << what << "\nwant: " << c.says);
+  }
+
+  // A good BRAID_SPIN sets options::spin (the default is 200 us).
+  {
+    env_scope env;
+    clean_env(env);
+    CHECK(braid::options::from_env().spin == std::chrono::microseconds(200));
+    env.set("BRAID_SPIN", "1.5ms");
+    CHECK(braid::options::from_env().spin == std::chrono::microseconds(1500));
   }
 
   // The launcher's variables: named, with the value and what is wrong with it.

@@ -133,6 +133,9 @@ public:
     if (!p_) return;
     p_->cx.self().state.store(static_cast<std::uint32_t>(p_->failed ? host::rank_state::failed : host::rank_state::left),
                               std::memory_order_release);
+    // Peers asleep on this rank's progress word see it leave now, not at their next recheck.
+    host::rank_control& me = p_->cx.self();
+    if (me.sleepers.load(std::memory_order_seq_cst)) host::futex_wake_all(me.progress, p_->cx.shared_futex());
     for (int fd : p_->cx.peer_pidfd)
       if (fd >= 0) ::close(fd);
     if (p_->reg) p_->reg->drop_peers(); // nothing reads the peers' buffers any more; live buffers keep the registry
@@ -680,9 +683,16 @@ private:
     p.cx.nranks = nranks;
     p.cx.mode = mode;
     p.cx.timeout = opts.timeout;
+    p.cx.policy.spin = opts.spin;
+    // A process bound to one CPU was placed by a launcher (one CPU per rank, as mpirun does): it is
+    // not the group's CPU count. Ranks that share a CPU see it anyway (rank_control::cpu).
+    const int cpus = host::usable_cpus();
+    p.cx.policy.oversubscribed = cpus > 1 && nranks > cpus;
+    p.cx.policy.membarrier = host::membarrier_ready();
     p.cx.describe_call = &communicator::describe_fingerprint;
     host::rank_control& me = p.cx.self();
     me.pid = ::getpid();
+    me.cpu.store(-1, std::memory_order_relaxed);
     me.state.store(static_cast<std::uint32_t>(host::rank_state::active), std::memory_order_release);
     return c;
   }

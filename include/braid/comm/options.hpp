@@ -3,6 +3,8 @@
 //   BRAID_ALGO           "ring" for every collective that has it, or per collective:
 //                        "all_reduce=two_shot,broadcast=tree"                        (default: tuning table)
 //   BRAID_STAGING_BYTES  staging memory per rank, both halves together              (default 8 MiB)
+//   BRAID_SPIN           how long a waiting rank polls before it sleeps until its peer posts:
+//                        "200us", "1ms", "0.5"                                        (default 200 us)
 //   BRAID_DEBUG          1: before any data moves, every rank checks that every peer makes the same call
 //                        (collective, type, operator, algorithm, count, root); a difference is a
 //                        mismatch_error on every rank naming both calls. Set it on every rank or none.
@@ -29,6 +31,9 @@ struct options {
   // Ranks that are threads read each other's inputs in place (no staging copy) from this size on,
   // for out-of-place calls.
   std::size_t zero_copy_min_bytes = std::size_t{256} << 10;
+  // A waiting rank polls this long (yielding between polls when ranks outnumber CPUs), then sleeps in
+  // the kernel until the rank it waits for posts (transport/host/sleep.hpp).
+  std::chrono::nanoseconds spin = std::chrono::microseconds(200);
   bool debug = false;
 
   options& with_algorithm(algo a) {
@@ -43,6 +48,10 @@ struct options {
     timeout = t;
     return *this;
   }
+  options& with_spin(std::chrono::nanoseconds t) {
+    spin = t;
+    return *this;
+  }
 
   // Defaults overridden by the environment; a malformed value is an invalid_argument error.
   static options from_env() {
@@ -54,14 +63,15 @@ struct options {
       if (o.staging_bytes < (std::size_t{64} << 10))
         raise(errc::invalid_argument, "BRAID_STAGING_BYTES='" + std::string(s) + "' is below the minimum of 64K (65536 bytes)");
     }
+    if (const char* t = std::getenv("BRAID_SPIN"); t && *t) o.spin = parse_duration(t, "BRAID_SPIN");
     if (const char* d = std::getenv("BRAID_DEBUG"); d && *d && std::string_view(d) != "0") o.debug = true;
     return o;
   }
 
-  // BRAID_TIMEOUT's syntax. A bad value raises invalid_argument saying what is wrong with it: not a
-  // number, an unknown unit, not positive, or too large.
-  static std::chrono::nanoseconds parse_duration(std::string_view s) {
-    const std::string shown = "BRAID_TIMEOUT='" + std::string(s) + "'";
+  // BRAID_TIMEOUT's syntax (`what` names the variable). A bad value raises invalid_argument saying
+  // what is wrong with it: not a number, an unknown unit, not positive, or too large.
+  static std::chrono::nanoseconds parse_duration(std::string_view s, const char* what = "BRAID_TIMEOUT") {
+    const std::string shown = std::string(what) + "='" + std::string(s) + "'";
     const char* syntax = " (a positive number of seconds, or with a unit: 30, 0.5, 500ms, 250us, 2m)";
     const bool negative = !s.empty() && s[0] == '-';
     std::size_t i = negative ? 1 : 0;

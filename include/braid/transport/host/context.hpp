@@ -1,14 +1,17 @@
 // braid/transport/host/context.hpp — one rank's view of a host communicator: the shared segment, its
 // rank, the call in progress, and the bounded wait every synchronisation goes through.
 //
-// Every wait has a deadline: `timeout` after the wait began. While waiting, a rank spins briefly, then yields the CPU (ranks may
-// outnumber cores), then sleeps in short naps; every few iterations it checks the communicator's abort
-// word, the peer's state (a thread rank that left or failed) and, for processes, whether the peer
-// process still exists. Whatever ends a wait early is raised as an error that names this rank, the
-// peer, the collective and its sequence number; it is also published in the abort word so that every
-// other rank stops waiting at once instead of at its own deadline.
+// Every wait has a deadline: `timeout` after the wait began. While waiting, a rank spins (yielding the
+// CPU between polls when ranks outnumber CPUs) for wait_policy::spin, then sleeps in the kernel on the
+// word it waits for until the poster wakes it (sleep.hpp); every few iterations, and at least every
+// wait_policy::recheck while asleep, it checks the communicator's abort word, the peer's state (a
+// thread rank that left or failed) and, for processes, whether the peer process still exists.
+// Whatever ends a wait early is raised as an error that names this rank, the peer, the collective and
+// its sequence number; it is also published in the abort word so that every other rank stops waiting
+// at once instead of at its own deadline.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -29,6 +32,7 @@
 #include "../../schedule/call_word.hpp"
 #include "registry.hpp"
 #include "segment.hpp"
+#include "sleep.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -54,6 +58,7 @@ public:
   std::vector<int> peer_pidfd;              // processes: pidfd per rank (-1: none or self)
   std::vector<std::int32_t> peer_pid;
   const registry* reg = nullptr;            // processes: buffers registered with the communicator
+  wait_policy policy{};                     // how waits spin and sleep (sleep.hpp)
 
   // The call in progress, for error messages.
   error_context ctx{};
@@ -114,28 +119,59 @@ public:
     return reg->resolve(peer, desc);
   }
 
-  void post(std::uint64_t word) const { self().progress.store(word, std::memory_order_release); }
+  bool shared_futex() const { return mode == rank_mode::processes; }
+
+  // Posts this rank's progress word; wakes peers asleep on it (only they cost a system call).
+  void post(std::uint64_t word) const {
+    rank_control& me = self();
+    me.progress.store(word, std::memory_order_release);
+    wake_sleepers(me.sleepers, me.progress, shared_futex());
+  }
 
   // Waits until peer's progress word reaches target.
   void wait_progress(int peer, std::uint64_t target) const {
-    wait_ge(seg.rank(peer).progress, target, peer);
+    rank_control& rc = seg.rank(peer);
+    wait_ge(rc.progress, target, peer, rc.progress);
   }
 
-  // Waits until word >= target. The deadline counts from the start of this wait: a call that keeps
-  // making progress never times out, a peer that stops for longer than `timeout` is an error.
+  // After a release store of a word peers may sleep on (this rank's progress word, a send/recv word it
+  // writes): wakes them; a load of this rank's own sleepers count when nobody sleeps.
+  void wake(const std::atomic<std::uint64_t>& w) const { wake_sleepers(self().sleepers, w, shared_futex()); }
+
+  // Waits until word >= target, `peer` being the rank that posts it. `word` is the 64-bit word waited
+  // on or a view of it (p2p.hpp: a counter or an error flag); `bell` is the word whose low half a
+  // sleeping waiter sleeps on (sleep.hpp), counted in peer's sleepers: whatever changes what `word`
+  // reads wakes `bell`. The deadline counts from the start of this wait: a call that keeps making
+  // progress never times out, a peer that stops for longer than `timeout` is an error.
   template <class Atomic>
-  void wait_ge(const Atomic& word, std::uint64_t target, int peer) const {
+  void wait_ge(const Atomic& word, std::uint64_t target, int peer, const std::atomic<std::uint64_t>& bell) const {
     if (BRAID_LIKELY(word.load(std::memory_order_acquire) >= target)) return;
+    wait_slow(word, target, peer, bell);
+  }
+
+  template <class Atomic>
+  [[gnu::noinline]] void wait_slow(const Atomic& word, std::uint64_t target, int peer, const std::atomic<std::uint64_t>& bell) const {
+    std::atomic<std::uint32_t>& sleepers = seg.rank(peer).sleepers;
     const auto start = std::chrono::steady_clock::now();
     const auto limit = start + timeout;
-    std::uint32_t spins = 0;
+    const auto spin_end = start + policy.spin;
     auto last_check = start;
+    const std::atomic<std::int32_t>& peer_cpu = seg.rank(peer).cpu;
+    int cpu = -2;
     for (;;) {
       for (int i = 0; i < 64; ++i) {
         if (word.load(std::memory_order_acquire) >= target) return;
         BRAID_CPU_RELAX();
       }
-      ++spins;
+      if (cpu == -2) {
+        // Where this rank runs, for a peer that waits for it: a peer that finds it on its own CPU
+        // yields instead of spinning (spinning would only delay the rank it waits for by a time
+        // slice). Looked up once a wait outlasts its first 64 polls, and stored only when it changed:
+        // the peer reads the line while it spins (a store on every slow wait cost about 6% per call at
+        // the 4 B floor, 2026-11-25).
+        cpu = ::sched_getcpu();
+        if (self().cpu.load(std::memory_order_relaxed) != cpu) self().cpu.store(cpu, std::memory_order_relaxed);
+      }
       check_abort(peer);
       const auto now = std::chrono::steady_clock::now();
       if (now - last_check > std::chrono::milliseconds(2)) {
@@ -147,13 +183,20 @@ public:
         if (word.load(std::memory_order_acquire) >= target) return;
         fail_timeout(peer);
       }
-      if (spins < 16) continue;
-      if (spins < 4096) {
-        sched_yield();
-      } else {
-        const timespec ts{0, 50'000};
-        nanosleep(&ts, nullptr);
+      if (now < spin_end) {
+        if (policy.oversubscribed || peer_cpu.load(std::memory_order_relaxed) == cpu) sched_yield();
+        continue;
       }
+      // Asleep until the poster wakes it, the recheck interval passes or the deadline comes.
+      sleepers.fetch_add(1, std::memory_order_seq_cst);
+      const bool ordered = policy.membarrier && membarrier_all(shared_futex());
+      const std::uint64_t seen = bell.load(std::memory_order_acquire);
+      if (word.load(std::memory_order_acquire) < target) {
+        auto nap = std::min<std::chrono::nanoseconds>(policy.recheck, limit - now);
+        if (!ordered) nap = std::min(nap, kFallbackSleep);
+        futex_sleep(bell, seen, shared_futex(), nap);
+      }
+      sleepers.fetch_sub(1, std::memory_order_relaxed);
     }
   }
 
@@ -230,7 +273,31 @@ public:
     std::memcpy(h.abort_message, m.c_str(), m.size() + 1);
     const std::uint64_t w = (std::uint64_t{1} << 63) | (static_cast<std::uint64_t>(code) << 32) |
                             static_cast<std::uint64_t>(rank + 1);
+    // The words sleepers sleep on are gathered before the store: once it is visible, the ranks raise
+    // and may close and unmap the segment (abort() from a helper thread), so after it this function
+    // touches neither the segment nor *this; FUTEX_WAKE on an address no longer mapped only fails.
+    const std::vector<const std::atomic<std::uint64_t>*> bells = sleeping_bells();
+    const bool sh = shared_futex();
     h.abort_word.store(w, std::memory_order_release);
+    for (const auto* b : bells) futex_wake_all(*b, sh);
+  }
+
+  // The words that ranks may be asleep on (sleep.hpp): those posted by a rank whose sleepers count is
+  // non-zero. A rank that falls asleep after this look is woken by its recheck instead.
+  std::vector<const std::atomic<std::uint64_t>*> sleeping_bells() const {
+    std::vector<const std::atomic<std::uint64_t>*> bells;
+    const int n = static_cast<int>(seg.layout.nranks);
+    for (int q = 0; q < n; ++q) {
+      if (!seg.rank(q).sleepers.load(std::memory_order_seq_cst)) continue;
+      bells.push_back(&seg.rank(q).progress);
+      for (int d = 0; d < n; ++d) {
+        bells.push_back(&seg.pair(q, d).msg_posted); // q as sender
+        bells.push_back(&seg.pair(q, d).bytes_posted);
+        bells.push_back(&seg.pair(d, q).msg_done);   // q as receiver
+        bells.push_back(&seg.pair(d, q).bytes_consumed);
+      }
+    }
+    return bells;
   }
 };
 

@@ -47,6 +47,7 @@ struct p2p_sender {
       base_posted = pc.bytes_posted.load(std::memory_order_relaxed);
       pc.msg_bytes = bytes;
       pc.msg_posted.fetch_add(1, std::memory_order_release);
+      wake_receiver(pc);
       announced = true;
     }
     while (piece < plan.pieces()) {
@@ -58,6 +59,7 @@ struct p2p_sender {
       }
       std::memcpy(cx->seg.p2p(cx->rank) + (piece % 2) * half, data + plan.offset(piece), plan.size(piece));
       pc.bytes_posted.store(base_posted + plan.offset(piece) + plan.size(piece), std::memory_order_release);
+      wake_receiver(pc);
       ++piece;
     }
     const std::uint64_t msgs = pc.msg_posted.load(std::memory_order_relaxed);
@@ -72,16 +74,22 @@ struct p2p_sender {
     return true;
   }
 
+  // The receiver may sleep on either word of the line (sleep.hpp).
+  void wake_receiver(pair_control& pc) const {
+    cx->wake(pc.msg_posted);
+    if (BRAID_UNLIKELY(cx->self().sleepers.load(std::memory_order_relaxed))) futex_wake_all(pc.bytes_posted, cx->shared_futex());
+  }
+
   void wait_consumed(pair_control& pc, std::uint64_t need) {
     struct view { pair_control& pc; std::uint64_t load(std::memory_order o) const {
       return pc.msg_error.load(o) ? ~0ULL : pc.bytes_consumed.load(o); } } v{pc};
-    cx->wait_ge(v, need, peer);
+    cx->wait_ge(v, need, peer, pc.bytes_consumed);
     if (pc.msg_error.load(std::memory_order_acquire)) refused(pc);
   }
   void wait_done(pair_control& pc, std::uint64_t msgs) {
     struct view { pair_control& pc; std::uint64_t load(std::memory_order o) const {
       return pc.msg_error.load(o) ? ~0ULL : pc.msg_done.load(o); } } v{pc};
-    cx->wait_ge(v, msgs, peer);
+    cx->wait_ge(v, msgs, peer, pc.msg_done);
     if (pc.msg_error.load(std::memory_order_acquire)) refused(pc);
   }
   [[noreturn]] void refused(pair_control& pc) {
@@ -95,6 +103,12 @@ struct p2p_sender {
 
 struct p2p_receiver {
   rank_context* cx;
+  // The sender may sleep on either word of the line (sleep.hpp).
+  void wake_sender(pair_control& pc) const {
+    cx->wake(pc.msg_done);
+    if (BRAID_UNLIKELY(cx->self().sleepers.load(std::memory_order_relaxed))) futex_wake_all(pc.bytes_consumed, cx->shared_futex());
+  }
+
   int peer;
   std::byte* data;
   std::uint64_t bytes, expected_msg, piece = 0, base_consumed = 0;
@@ -106,11 +120,12 @@ struct p2p_receiver {
     if (!checked) {
       if (pc.msg_posted.load(std::memory_order_acquire) < expected_msg) {
         if (!block) return false;
-        cx->wait_ge(pc.msg_posted, expected_msg, peer);
+        cx->wait_ge(pc.msg_posted, expected_msg, peer, pc.msg_posted);
       }
       if (pc.msg_bytes != bytes) {
         const std::uint64_t theirs = pc.msg_bytes;
         pc.msg_error.store(1, std::memory_order_release);
+        wake_sender(pc);
         error_context c = cx->ctx;
         c.peer = peer;
         raise(errc::mismatch, "rank " + std::to_string(peer) + " sent " + std::to_string(theirs) +
@@ -124,13 +139,15 @@ struct p2p_receiver {
       const std::uint64_t need = base_consumed + plan.offset(piece) + plan.size(piece);
       if (pc.bytes_posted.load(std::memory_order_acquire) < need) {
         if (!block) return false;
-        cx->wait_ge(pc.bytes_posted, need, peer);
+        cx->wait_ge(pc.bytes_posted, need, peer, pc.bytes_posted);
       }
       std::memcpy(data + plan.offset(piece), cx->seg.p2p(peer) + (piece % 2) * half, plan.size(piece));
       pc.bytes_consumed.store(need, std::memory_order_release);
+      wake_sender(pc);
       ++piece;
     }
     pc.msg_done.store(expected_msg, std::memory_order_release);
+    wake_sender(pc);
     done = true;
     return true;
   }
