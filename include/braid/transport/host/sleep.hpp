@@ -51,7 +51,9 @@ inline void futex_wake_all(const std::atomic<std::uint64_t>& w, bool shared) {
 // most `max`; returns on a wake, a change, a signal or the timeout alike.
 inline void futex_sleep(const std::atomic<std::uint64_t>& w, std::uint64_t seen, bool shared, std::chrono::nanoseconds max) {
   const auto ns = max.count() > 0 ? max.count() : 1;
-  const timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  timespec ts{};
+  ts.tv_sec = ns / 1'000'000'000;
+  ts.tv_nsec = ns % 1'000'000'000;
   ::syscall(SYS_futex, futex_half(w), shared ? FUTEX_WAIT : FUTEX_WAIT_PRIVATE, static_cast<std::uint32_t>(seen), &ts,
             nullptr, 0);
 }
