@@ -2,7 +2,7 @@
 // (little CPU, few wake-ups) and is woken by the post it waits for, not by its periodic recheck; with a
 // 1 us spin every wait that outlasts it goes to sleep, and a ping-pong of barriers, all_reduces and send/recv between
 // threads and between processes still runs at wake-up speed, which it could not if a wake were lost
-// (each lost wake costs the 2 ms recheck); an abort or a leaving peer wakes a sleeping rank at once.
+// (each lost wake costs the 2 ms recheck); a sleeping rank raises soon after a peer aborts or leaves.
 // A waiter whose peer last ran on its own CPU yields instead of spinning; that is measured by
 // bench/vs-mpi.sh (beside a busy core), not asserted here.
 #include <doctest/doctest.h>
@@ -72,6 +72,12 @@ void check_long_wait(const long_wait& w, const char* what) {
   MESSAGE(std::string(what) << ": waited " << w.wall * 1e3 << " ms, " << w.cpu * 1e3 << " ms of CPU, " << w.switches
                << " voluntary context switches");
   CHECK(w.wall > 0.25);
+  // Without membarrier(2) (old kernel, seccomp) a sleeper sleeps at most 50 us at a time: about 6,000
+  // wake-ups per 300 ms, by design. Say so instead of failing, and instead of passing silently.
+  if (!braid::host::membarrier_ready()) {
+    MESSAGE("membarrier(2) unavailable here: sleeps are capped at 50 us; CPU and wake-up bounds not checked");
+    return;
+  }
   CHECK(w.cpu < 0.03);
   CHECK(w.switches < 1000);
 }
@@ -100,7 +106,7 @@ template <class F> double ping_pong(communicator& c, int calls, F&& call, long* 
 }
 
 struct pong_result {
-  double barrier_s = 0, reduce_s = 0, p2p_s = 0;
+  double barrier_s = 0, reduce_s = 0, p2p_s = 0, big_s = 0; // big_s: mean seconds per 3 MiB send/recv
   long barrier_sw = 0, reduce_sw = 0, p2p_sw = 0;
   bool values_ok = true;
 };
@@ -119,6 +125,8 @@ pong_result run_pongs(communicator& c) {
   // send/recv: a small message each way, then (every 50th) one of 3 MiB, three times the 1 MiB send
   // buffer, so that the sender waits for the receiver to consume pieces (the second line's words).
   std::vector<std::uint8_t> big(3u << 20), got(3u << 20);
+  double big_total = 0;
+  int bigs = 0;
   res.p2p_s = ping_pong(c, calls, [&](int i) {
     std::uint64_t x = static_cast<std::uint64_t>(i) * 3 + static_cast<std::uint64_t>(c.rank()), y = 0;
     const int peer = 1 - c.rank();
@@ -131,6 +139,7 @@ pong_result run_pongs(communicator& c) {
     }
     if (y != static_cast<std::uint64_t>(i) * 3 + static_cast<std::uint64_t>(peer)) res.values_ok = false;
     if (i % 50 == 0) {
+      const auto tb = clock_type::now();
       if (c.rank() == 0) {
         for (std::size_t k = 0; k < big.size(); ++k) big[k] = static_cast<std::uint8_t>(k * 7 + static_cast<std::size_t>(i));
         c.send(big.data(), big.size(), peer);
@@ -139,24 +148,31 @@ pong_result run_pongs(communicator& c) {
         for (std::size_t k = 0; k < got.size(); k += 4099)
           if (got[k] != static_cast<std::uint8_t>(k * 7 + static_cast<std::size_t>(i))) res.values_ok = false;
       }
+      big_total += seconds_since(tb);
+      ++bigs;
     }
   }, &res.p2p_sw);
+  res.big_s = big_total / bigs;
   return res;
 }
 
 // A lost wake costs the sleeper its 2 ms recheck; 400 calls, each with a sleeping rank and no lost wake,
 // take the 30 us delay plus a wake-up or two each on this 2-CPU VM. 1 ms per call on average allows for
-// a loaded machine (ctest -j2) and is still half of what one lost wake per call would cost. The
+// a loaded machine (ctest -j2) and is still half of what one lost wake per call would cost. A 3 MiB
+// send/recv goes through the 1 MiB send buffer in 6 pieces, and the sender waits (asleep, with a 1 us
+// spin) for the receiver to copy each: under 5 ms per message, where lost piece wakes would cost about
+// 2 ms per piece. The
 // context switches show the waits did sleep (without them this test would prove nothing about waking):
 // at least one per call in which this rank was early, 600 of the 1200.
 void check_pongs(const pong_result& r, const char* what) {
   MESSAGE(std::string(what) << ": per call, one rank asleep: barrier " << r.barrier_s * 1e6 << " us (" << r.barrier_sw
                << " switches), all_reduce 1 KiB " << r.reduce_s * 1e6 << " us (" << r.reduce_sw << "), send/recv "
-               << r.p2p_s * 1e6 << " us (" << r.p2p_sw << ")");
+               << r.p2p_s * 1e6 << " us (" << r.p2p_sw << "), 3 MiB send/recv " << r.big_s * 1e3 << " ms");
   CHECK(r.values_ok);
   CHECK(r.barrier_s < 1e-3);
   CHECK(r.reduce_s < 1e-3);
   CHECK(r.p2p_s < 1e-3);
+  CHECK(r.big_s < 5e-3);
   CHECK(r.barrier_sw + r.reduce_sw + r.p2p_sw >= 600);
 }
 
@@ -177,6 +193,7 @@ TEST_CASE("processes: a rank that waits long sleeps, and the post wakes it") {
     if (rank == 0) return 0;
     std::printf("processes: waited %.1f ms, %.2f ms of CPU, %ld voluntary context switches\n", w.wall * 1e3, w.cpu * 1e3,
                 w.switches);
+    if (!braid::host::membarrier_ready()) return w.wall > 0.25 ? 0 : 1; // sleeps capped at 50 us (check_long_wait)
     return w.wall > 0.25 && w.cpu < 0.03 && w.switches < 1000 ? 0 : 1;
   });
   CHECK(st[0] == 0);
@@ -195,9 +212,9 @@ TEST_CASE("processes: posts wake the sleepers (no lost wake)") {
     communicator c = communicator::join(id, rank, 2, spin_1us());
     const pong_result r = run_pongs(c);
     std::printf("processes, rank %d: per call, one rank asleep: barrier %.1f us (%ld switches), all_reduce 1 KiB "
-                "%.1f us (%ld), send/recv %.1f us (%ld)\n",
-                rank, r.barrier_s * 1e6, r.barrier_sw, r.reduce_s * 1e6, r.reduce_sw, r.p2p_s * 1e6, r.p2p_sw);
-    const bool ok = r.values_ok && r.barrier_s < 1e-3 && r.reduce_s < 1e-3 && r.p2p_s < 1e-3 &&
+                "%.1f us (%ld), send/recv %.1f us (%ld), 3 MiB send/recv %.2f ms\n",
+                rank, r.barrier_s * 1e6, r.barrier_sw, r.reduce_s * 1e6, r.reduce_sw, r.p2p_s * 1e6, r.p2p_sw, r.big_s * 1e3);
+    const bool ok = r.values_ok && r.barrier_s < 1e-3 && r.reduce_s < 1e-3 && r.p2p_s < 1e-3 && r.big_s < 5e-3 &&
                     r.barrier_sw + r.reduce_sw + r.p2p_sw >= 600;
     return ok ? 0 : 1;
   });
@@ -205,35 +222,40 @@ TEST_CASE("processes: posts wake the sleepers (no lost wake)") {
   CHECK(st[1] == 0);
 }
 
-TEST_CASE("a sleeping rank raises at once when another aborts or leaves") {
-  // Rank 1 sleeps in a barrier (1 us spin); rank 0 aborts (or closes) 100 ms later. Rank 1 raises well
-  // inside the recheck interval's worth of delay after that, and far from the 60 s deadline.
+TEST_CASE("a sleeping rank raises soon after another aborts or leaves") {
+  // Rank 1 sleeps in a barrier (1 us spin); rank 0 aborts (or closes) 100 ms later. Rank 1 raises the
+  // right error; the delay from the event is printed and bounded by 50 ms (the recheck alone gives
+  // at most 2 ms on a quiet machine: this bound is about a loaded one, not about the wake).
   for (int leave = 0; leave < 2; ++leave) {
-    std::atomic<double> raised_after{-1};
+    std::atomic<std::int64_t> event_ns{0};
+    std::atomic<double> delay{-1};
     std::atomic<int> code{-1};
-    auto opts = spin_1us().with_timeout(60s);
-    braid::thread_group g(2, opts);
+    std::atomic<bool> raised{false};
+    braid::thread_group g(2, spin_1us().with_timeout(60s));
+    communicator c0 = g.make(0), c1 = g.make(1); // made before the threads start (make is not thread-safe)
+    auto now_ns = [] { return std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now().time_since_epoch()).count(); };
     std::thread t0([&] {
-      communicator c = g.make(0);
       std::this_thread::sleep_for(100ms);
-      if (leave) c.close();
-      else c.abort();
+      event_ns = now_ns();
+      if (leave) c0.close();
+      else c0.abort();
+      while (!raised) std::this_thread::sleep_for(1ms); // c0 stays open until rank 1 has raised
     });
     std::thread t1([&] {
-      communicator c = g.make(1);
-      const auto t = clock_type::now();
       try {
-        c.barrier();
+        c1.barrier();
       } catch (const braid::error& e) {
         code = static_cast<int>(e.code());
-        raised_after = seconds_since(t);
+        delay = static_cast<double>(now_ns() - event_ns.load()) * 1e-9;
       }
+      raised = true;
     });
     t0.join();
     t1.join();
-    MESSAGE(std::string(leave ? "peer left" : "abort") << ": the sleeping rank raised after " << raised_after.load() * 1e3 << " ms");
+    MESSAGE(std::string(leave ? "peer left" : "abort") << ": the sleeping rank raised " << delay.load() * 1e3
+                                                       << " ms after the event");
     CHECK(code.load() == static_cast<int>(leave ? errc::peer_failed : errc::aborted));
-    CHECK(raised_after.load() > 0.09);
-    CHECK(raised_after.load() < 1.0);
+    CHECK(delay.load() >= 0);
+    CHECK(delay.load() < 0.05);
   }
 }

@@ -133,9 +133,8 @@ public:
     if (!p_) return;
     p_->cx.self().state.store(static_cast<std::uint32_t>(p_->failed ? host::rank_state::failed : host::rank_state::left),
                               std::memory_order_release);
-    // Peers asleep on this rank's progress word see it leave now, not at their next recheck.
-    host::rank_control& me = p_->cx.self();
-    if (me.sleepers.load(std::memory_order_seq_cst)) host::futex_wake_all(me.progress, p_->cx.shared_futex());
+    // Peers asleep on a word this rank posts see it leave now, not at their next recheck.
+    p_->cx.wake_own_sleepers();
     for (int fd : p_->cx.peer_pidfd)
       if (fd >= 0) ::close(fd);
     if (p_->reg) p_->reg->drop_peers(); // nothing reads the peers' buffers any more; live buffers keep the registry
@@ -453,6 +452,7 @@ private:
       p.failure = what;
       if (code != errc::peer_failed && code != errc::aborted) p.cx.publish_failure(code, what);
       p.cx.self().state.store(static_cast<std::uint32_t>(host::rank_state::failed), std::memory_order_release);
+      p.cx.wake_own_sleepers();
     };
     try {
       f();
@@ -684,11 +684,13 @@ private:
     p.cx.mode = mode;
     p.cx.timeout = opts.timeout;
     p.cx.policy.spin = opts.spin;
-    // A process bound to one CPU was placed by a launcher (one CPU per rank, as mpirun does): it is
-    // not the group's CPU count. Ranks that share a CPU see it anyway (rank_control::cpu).
+    // A process rank bound to one CPU was placed by a launcher (one CPU per rank, as mpirun does): it
+    // is not the group's CPU count. Ranks that share a CPU see it anyway (rank_control::cpu). Thread
+    // ranks share this process's CPUs.
     const int cpus = host::usable_cpus();
-    p.cx.policy.oversubscribed = cpus > 1 && nranks > cpus;
+    p.cx.policy.oversubscribed = cpus > 0 && nranks > cpus && (cpus > 1 || mode == host::rank_mode::threads);
     p.cx.policy.membarrier = host::membarrier_ready();
+    if (!p.cx.policy.membarrier) p.cx.seg.header().no_membarrier.store(1, std::memory_order_relaxed);
     p.cx.describe_call = &communicator::describe_fingerprint;
     host::rank_control& me = p.cx.self();
     me.pid = ::getpid();

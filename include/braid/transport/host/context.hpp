@@ -158,6 +158,7 @@ public:
     auto last_check = start;
     const std::atomic<std::int32_t>& peer_cpu = seg.rank(peer).cpu;
     int cpu = -2;
+    bool woke = false; // back from a sleep: the peer's state is read at once (close() wakes sleepers)
     for (;;) {
       for (int i = 0; i < 64; ++i) {
         if (word.load(std::memory_order_acquire) >= target) return;
@@ -178,7 +179,10 @@ public:
         // The peer may have posted its last word and then left: look at the word once more first.
         if (!peer_present(peer) && word.load(std::memory_order_acquire) < target) fail_peer(peer);
         last_check = now;
+      } else if (woke && peer_gone(peer) && word.load(std::memory_order_acquire) < target) {
+        fail_peer(peer);
       }
+      woke = false;
       if (now > limit) {
         if (word.load(std::memory_order_acquire) >= target) return;
         fail_timeout(peer);
@@ -189,12 +193,14 @@ public:
       }
       // Asleep until the poster wakes it, the recheck interval passes or the deadline comes.
       sleepers.fetch_add(1, std::memory_order_seq_cst);
-      const bool ordered = policy.membarrier && membarrier_all(shared_futex());
+      const bool ordered = policy.membarrier && !seg.header().no_membarrier.load(std::memory_order_relaxed) &&
+                           membarrier_all(shared_futex());
       const std::uint64_t seen = bell.load(std::memory_order_acquire);
       if (word.load(std::memory_order_acquire) < target) {
         auto nap = std::min<std::chrono::nanoseconds>(policy.recheck, limit - now);
         if (!ordered) nap = std::min(nap, kFallbackSleep);
         futex_sleep(bell, seen, shared_futex(), nap);
+        woke = true;
       }
       sleepers.fetch_sub(1, std::memory_order_relaxed);
     }
@@ -213,6 +219,12 @@ public:
     // Mismatched calls are reported as such on every rank, whoever found them.
     if (code == errc::mismatch) raise(errc::mismatch, "rank " + std::to_string(who) + " found mismatched calls: " + msg, c);
     raise(errc::peer_failed, "rank " + std::to_string(who) + " failed: " + msg, c);
+  }
+
+  // Whether peer marked itself left or failed (a load, no system call).
+  bool peer_gone(int peer) const {
+    const auto st = static_cast<rank_state>(seg.rank(peer).state.load(std::memory_order_acquire));
+    return st == rank_state::left || st == rank_state::failed;
   }
 
   // Whether peer is still a member that can make progress.
@@ -282,22 +294,32 @@ public:
     for (const auto* b : bells) futex_wake_all(*b, sh);
   }
 
-  // The words that ranks may be asleep on (sleep.hpp): those posted by a rank whose sleepers count is
-  // non-zero. A rank that falls asleep after this look is woken by its recheck instead.
+  // The progress words that ranks may be asleep on (sleep.hpp): those of ranks whose sleepers count is
+  // non-zero; O(n). Ranks asleep on a send/recv word, or that fall asleep after this look (or between
+  // their last look at the abort word and their FUTEX_WAIT), see the failure at their recheck, within
+  // 2 ms.
   std::vector<const std::atomic<std::uint64_t>*> sleeping_bells() const {
     std::vector<const std::atomic<std::uint64_t>*> bells;
     const int n = static_cast<int>(seg.layout.nranks);
-    for (int q = 0; q < n; ++q) {
-      if (!seg.rank(q).sleepers.load(std::memory_order_seq_cst)) continue;
-      bells.push_back(&seg.rank(q).progress);
-      for (int d = 0; d < n; ++d) {
-        bells.push_back(&seg.pair(q, d).msg_posted); // q as sender
-        bells.push_back(&seg.pair(q, d).bytes_posted);
-        bells.push_back(&seg.pair(d, q).msg_done);   // q as receiver
-        bells.push_back(&seg.pair(d, q).bytes_consumed);
-      }
-    }
+    for (int q = 0; q < n; ++q)
+      if (seg.rank(q).sleepers.load(std::memory_order_seq_cst)) bells.push_back(&seg.rank(q).progress);
     return bells;
+  }
+
+  // After this rank marked itself left or failed: wakes ranks asleep on any word it posts, so they see
+  // it now (their next pass reads its state), not at their recheck.
+  void wake_own_sleepers() const {
+    const rank_control& me = self();
+    if (!me.sleepers.load(std::memory_order_seq_cst)) return;
+    const bool sh = shared_futex();
+    futex_wake_all(me.progress, sh);
+    const int n = static_cast<int>(seg.layout.nranks);
+    for (int d = 0; d < n; ++d) {
+      futex_wake_all(seg.pair(rank, d).msg_posted, sh); // as sender
+      futex_wake_all(seg.pair(rank, d).bytes_posted, sh);
+      futex_wake_all(seg.pair(d, rank).msg_done, sh);   // as receiver
+      futex_wake_all(seg.pair(d, rank).bytes_consumed, sh);
+    }
   }
 };
 

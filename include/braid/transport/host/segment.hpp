@@ -35,6 +35,9 @@ struct alignas(control_stride) segment_header {
   // written before the word is published with release.
   std::atomic<std::uint64_t> abort_word;
   std::atomic<std::uint32_t> abort_claim;
+  // Set by a rank whose process could not register for membarrier(2) (sleep.hpp): a waiter's barrier
+  // would not reach it, so no waiter counts on one (sleeps are then 50 us at most).
+  std::atomic<std::uint32_t> no_membarrier;
   char abort_message[512];
 };
 
