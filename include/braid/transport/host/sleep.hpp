@@ -23,6 +23,8 @@
 // FUTEX_WAIT on a stale low half returns at once.
 #pragma once
 
+#include "../../core/config.hpp"
+
 #include <atomic>
 #include <bit>
 #include <chrono>
