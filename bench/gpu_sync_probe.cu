@@ -14,6 +14,8 @@
 //   bar      two more block barriers per step (the executor has four per step)
 //   round    no lockstep: blocks run 32 steps freely, then wait at a round barrier (own side's round
 //            posted by its last block, the other side's round before), as the executor's rounds do
+// Waits are wait_ge with its default abort-flag interval (cuda/device.cuh: 100 us since 2026-11-26; the
+// runs of 2026-11-25 and 2026-11-26 were built when every 64 polls read the flag).
 // Printed: microseconds per step (cudaEvent time of the launch / K), median of 5 launches. Built for the
 // emulated device too (braid-gpu-sync-probe-emu, a CTest with BRAID_PROBE_QUICK=1: small grids and few
 // steps): there it checks that every variant completes, and prints no time.

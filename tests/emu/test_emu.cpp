@@ -44,6 +44,17 @@ BRAID_KERNEL void wait_kernel(u64* word, u64 target, cd::device_abort* ab, u64 t
   }
 }
 
+// wait_ge with an abort-flag interval: result[0] = 1 if the word arrived, 2 if the wait gave up; result[1]
+// = how long the wait took, in ns (the device clock).
+BRAID_KERNEL void wait_every_kernel(u64* word, u64 target, cd::device_abort* ab, u64 timeout_ns, u64 every_ns, u64* result) {
+  if (gpu::thread_index() == 0 && gpu::block_index() == 0) {
+    const u64 t0 = gpu::clock_ns();
+    const bool ok = cd::wait_ge(word, target, cd::abort_ref{ab, 1}, timeout_ns, 0, 1, 0, every_ns);
+    result[1] = gpu::clock_ns() - t0;
+    cd::sys_u64(result[0]).store(ok ? 1 : 2, gpu::memory_order::release);
+  }
+}
+
 // Raises *word to v (release).
 BRAID_KERNEL void post_kernel(u64* word, u64 v) {
   if (gpu::thread_index() == 0 && gpu::block_index() == 0) cd::post_max_release(word, v);
@@ -534,6 +545,44 @@ TEST_CASE("the error record keeps one complete entry per GPU and one for the hos
   REQUIRE(e != nullptr);
   CHECK(e->code == aborted);
   CHECK(e->rank == 5);
+}
+
+TEST_CASE("wait_ge reads the abort flag once per abort_every_ns of a wait, not in waits that end sooner") {
+  // The flag is up before any wait starts. With an interval of 1 s a wait does not see it for 1 s: a
+  // post that comes sooner ends the wait normally, and a word that never comes ends it at the first
+  // read after 1 s. With interval 0 (a read every 64 polls) the wait gives up at once.
+  abort_block ab;
+  cd::sys_u32(ab.ab->flag).store(1u, gpu::memory_order::release);
+  auto* word = device_alloc<u64>(1);
+  auto* result = device_alloc<u64>(2);
+  cudaStream_t s1 = nullptr, s2 = nullptr;
+  EMU_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  EMU_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  // The word comes after 0.1 s: the wait passes.
+  EMU_OK(gpu::launch(&wait_every_kernel, 1u, 32u, 0, s1, word, u64{1}, ab.ab, 20 * second, second, result));
+  std::this_thread::sleep_for(100ms);
+  EMU_OK(gpu::launch(&post_kernel, 1u, 32u, 0, s2, word, u64{1}));
+  EMU_OK(cudaDeviceSynchronize());
+  CHECK(read_u64(result) == 1);
+  // The word never comes: the wait gives up at its first read of the flag, after 1 s, not before.
+  EMU_OK(gpu::launch(&wait_every_kernel, 1u, 32u, 0, s1, word, u64{2}, ab.ab, 20 * second, second, result));
+  EMU_OK(cudaDeviceSynchronize());
+  CHECK(read_u64(result) == 2);
+  const u64 waited = read_u64(result + 1);
+  MESSAGE("interval 1 s: the wait saw the raised flag after " << static_cast<double>(waited) / 1e9 << " s");
+  CHECK(waited >= second);
+  CHECK(waited < 10 * second);
+  // Interval 0: the first check (64 polls) sees it.
+  EMU_OK(gpu::launch(&wait_every_kernel, 1u, 32u, 0, s1, word, u64{2}, ab.ab, 20 * second, u64{0}, result));
+  EMU_OK(cudaDeviceSynchronize());
+  CHECK(read_u64(result) == 2);
+  MESSAGE("interval 0: the wait saw the raised flag after " << static_cast<double>(read_u64(result + 1)) / 1e9 << " s");
+  CHECK(read_u64(result + 1) < second / 2);
+  CHECK_FALSE(ab.timed_out());
+  EMU_OK(cudaStreamDestroy(s1));
+  EMU_OK(cudaStreamDestroy(s2));
+  EMU_OK(cudaFree(word));
+  EMU_OK(cudaFree(result));
 }
 
 TEST_CASE("CUDA_LAUNCH_BLOCKING=1 serialises launches: a kernel waiting for a later launch times out") {

@@ -131,6 +131,18 @@ struct group_state {
   }
 };
 
+// How often a waiting kernel thread may read the group's host-mapped abort flag (wait_ge): every
+// 100 us of a wait (cuda_detail::default_abort_every_ns), or BRAID_CUDA_ABORT_POLL (BRAID_TIMEOUT's
+// syntax: "1ms"; "0.001us" is the old behaviour, every 64 polls), read once per process.
+inline std::uint64_t abort_poll_ns() {
+  static const std::uint64_t ns = [] {
+    const char* s = std::getenv("BRAID_CUDA_ABORT_POLL");
+    return s && *s ? static_cast<std::uint64_t>(options::parse_duration(s, "BRAID_CUDA_ABORT_POLL").count())
+                   : std::uint64_t{cuda_detail::default_abort_every_ns};
+  }();
+  return ns;
+}
+
 // One rank's launch arguments for a call of schedule S, for the executor's kernel: a round's elements
 // from the staging half, checked against the staging memory and the kernel's step counters
 // (unsupported_error). Both CUDA communicators (one process, and processes on distinct GPUs) fill
@@ -156,6 +168,7 @@ cuda_detail::launch_args launch_args_for(collective c, int n, int r, int root, s
   la.half_bytes = half_bytes;
   la.abort = abort;
   la.timeout_ns = static_cast<std::uint64_t>(timeout.count());
+  la.abort_every_ns = abort_poll_ns();
   return la;
 }
 

@@ -100,15 +100,27 @@ BRAID_HD void record_failure(abort_ref at, const device_error& e) {
 // passes (then records a timeout and raises the abort flag). Returns false if the kernel must stop.
 // Polls are relaxed (no L1 invalidation per poll on a GPU); one acquire load once the word is there
 // orders the reads that follow (the word only grows, so it still passes).
-BRAID_DEVICE bool wait_ge(const u64* word, u64 target, abort_ref ab, u64 timeout_ns, int rank, int peer, int step) {
+// The abort flag lives in host-mapped memory: a GPU reads it across PCIe, and while the read is out
+// the waiting thread sees no post. The clock is read every 64 polls; the flag at most once every
+// `abort_every_ns` of waiting (0: at each of those clock reads), so a wait that ends sooner never
+// reads it. Reading it every 64 polls made the many-step schedules 2-8x slower where a rank's
+// 33 blocks wait (H100, 2026-11-26: bench/results/h100-2026-11-26/): one of them was nearly always
+// inside a read when the peer posted, and the step ends when its last block has seen the post.
+inline constexpr u64 default_abort_every_ns = 100000; // 100 us: an abort is seen within about that
+BRAID_DEVICE bool wait_ge(const u64* word, u64 target, abort_ref ab, u64 timeout_ns, int rank, int peer, int step,
+                          u64 abort_every_ns = default_abort_every_ns) {
   auto poll = [&] { return sys_u64(*const_cast<u64*>(word)).load(gpu::memory_order::relaxed) >= target; };
   if (poll()) return load_acquire(word) >= target;
   const u64 start = gpu::clock_ns();
+  u64 abort_due = start + abort_every_ns;
   for (unsigned i = 1;; ++i) {
     if (poll()) return load_acquire(word) >= target;
     if ((i & 63) == 0) {
-      if (sys_u32(ab.ab->flag).load(gpu::memory_order::relaxed)) return false;
       const u64 now = gpu::clock_ns();
+      if (now >= abort_due) {
+        if (sys_u32(ab.ab->flag).load(gpu::memory_order::relaxed)) return false;
+        abort_due = now + abort_every_ns;
+      }
       if (now - start > timeout_ns) {
         record_failure(ab, device_error{static_cast<unsigned>(errc::timeout), rank, peer, step, now - start});
         return false;

@@ -62,6 +62,7 @@ struct launch_args {
   device_abort* abort;      // host-mapped, shared by the group
   int abort_slot;           // this GPU's slot in it (1 + the GPU's index in the group)
   u64 timeout_ns;
+  u64 abort_every_ns;       // wait_ge reads the host-mapped abort flag at most this often (0: every 64 polls)
   u64* busy;                // this GPU's in-flight word: 1 while a launch of the group runs here
   u64* exits;               // this GPU's launch exit counter
   unsigned blocks_per_rank; // the grid is local * blocks_per_rank blocks
@@ -128,7 +129,7 @@ BRAID_KERNEL_BOUNDED(512) void collective_kernel(launch_args a, Op op) {
   // barrier. A thread that gives up sets `stop` for the whole block.
   auto wait = [&](int q, u64 target, int step) {
     gpu::atomic_ref<int, gpu::scope::device> halt(stop);
-    if (!halt.load(gpu::memory_order::relaxed) && !wait_ge(ranks[q].progress, target, abort_ref{a.abort, a.abort_slot}, a.timeout_ns, r, q, step))
+    if (!halt.load(gpu::memory_order::relaxed) && !wait_ge(ranks[q].progress, target, abort_ref{a.abort, a.abort_slot}, a.timeout_ns, r, q, step, a.abort_every_ns))
       halt.store(1, gpu::memory_order::relaxed);
   };
 
