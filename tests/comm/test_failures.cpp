@@ -430,15 +430,15 @@ TEST_CASE("failures: a process that dies makes every survivor raise peer_error w
 }
 
 
-// Issue 18: a peer that died before alloc. Over the sockets alloc uses, a dead peer shows up as end of
-// file, ECONNRESET or EPIPE, depending on what was unread when its process went; whichever, each
-// survivor must raise the documented protocol_error (guarantees.md: a connection closed by a peer that
-// closed its communicator or died) naming itself, alloc and the peer at the other end of its socket.
-// Rank 1 dies; rank 0 reads rank 1's offer and fails; rank 2, whose offer rank 0 never read, then sees
-// rank 0's end go when rank 0's process exits (ECONNRESET, most often). Or rank 2 reaches alloc only
-// after rank 0 published its failure, and alloc's entry check refuses it with usage_error quoting
-// rank 0's error (api.md, entry check): accepted too, and that quote must name rank 1.
-TEST_CASE("failures: a process that dies before alloc: each survivor raises protocol_error naming the peer") {
+// Issue 18: a peer that died before alloc. Over the sockets alloc uses (a star around rank 0), a dead
+// peer shows up as end of file, ECONNRESET or EPIPE, depending on what was unread when its process
+// went, and only on the socket to it: rank 2 reads from rank 0 alone, and sees rank 0's end go when
+// rank 0, having seen rank 1's go, fails and exits. Whatever the socket said and whoever's socket it
+// was, each survivor must find out which rank died and raise peer_error naming it (guarantees.md,
+// process startup and alloc): peer() == 1, itself, alloc #2. Or rank 2 reaches alloc only after
+// rank 0 published its failure, and alloc's entry check refuses it with usage_error quoting rank 0's
+// error (api.md, entry check): accepted too, and that quote must name rank 1 as the rank that died.
+TEST_CASE("failures: a process that dies before alloc: each survivor raises peer_error naming the dead rank") {
   struct alloc_record {
     int code[3] = {};
     int rank[3] = {};
@@ -474,22 +474,77 @@ TEST_CASE("failures: a process that dies before alloc: each survivor raises prot
     CHECK(status[1] == 3);
     for (int r : {0, 2}) {
       const auto ur = static_cast<std::size_t>(r);
-      const int other = r == 0 ? 1 : 0; // the rank at the other end of this survivor's socket
-      INFO("rank " << r << ": " << std::string(rec->what[ur]) << " (errno " << rec->sys_errno[ur] << ")");
+      const std::string what(rec->what[ur]);
+      INFO("rank " << r << ": " << what << " (errno " << rec->sys_errno[ur] << ")");
       CHECK(status[ur] == 0);
+      // Names rank 1 as the rank that died, whichever rank's socket showed it.
+      CHECK(what.find("rank 1 (pid ") != std::string::npos);
+      CHECK(what.find(") died") != std::string::npos);
       if (r == 2 && rec->code[ur] == static_cast<int>(errc::invalid_usage)) {
-        CHECK(std::string(rec->what[ur]).find("refuses further calls") != std::string::npos);
-        CHECK(std::string(rec->what[ur]).find("rank 1 closed the connection") != std::string::npos);
-        MESSAGE("trial " << trial << ", rank 2 (entered after rank 0's failure): " << std::string(rec->what[ur]));
+        CHECK(what.find("refuses further calls") != std::string::npos);
+        MESSAGE("trial " << trial << ", rank 2 (entered after rank 0's failure): " << what);
         continue;
       }
-      CHECK(rec->code[ur] == static_cast<int>(errc::protocol));
+      CHECK(rec->code[ur] == static_cast<int>(errc::peer_failed));
       CHECK(rec->rank[ur] == r);
-      CHECK(rec->peer[ur] == other);
+      CHECK(rec->peer[ur] == 1);
       CHECK(std::string(rec->collective[ur]) == "alloc");
       CHECK(rec->seq[ur] == 2);
-      CHECK(std::string(rec->what[ur]).find("rank " + std::to_string(other) + " closed the connection") != std::string::npos);
-      MESSAGE("trial " << trial << ", rank " << r << ": " << std::string(rec->what[ur]));
+      MESSAGE("trial " << trial << ", rank " << r << ": " << what);
+    }
+    release_shared(rec);
+  }
+}
+
+// The other side of the same search: a rank that closed its communicator before alloc did not die, and
+// is not reported as dead. Rank 0 reads its end of file and raises protocol_error naming it (it closed
+// its communicator); rank 2 raises rank 0's published failure (peer_error naming rank 0, quoting it) or,
+// entering after it was published, usage_error quoting it.
+TEST_CASE("failures: a process that closes its communicator before alloc is not reported as dead") {
+  struct alloc_record {
+    int code[3] = {};
+    int peer[3] = {};
+    char what[3][512] = {};
+  };
+  for (int trial = 0; trial < 3; ++trial) {
+    INFO("trial " << trial);
+    alloc_record* rec = shared_object<alloc_record>();
+    const auto status = braid::testing::fork_ranks(3, [&](int rank, const braid::unique_id& id) {
+      communicator c = communicator::join(id, rank, 3, with_timeout(5s));
+      c.barrier(); // call 1
+      if (rank == 1) {
+        c.close();
+        ::_exit(3);
+      }
+      try {
+        auto b = c.alloc<float>(1 << 16); // call 2
+        (void)b;
+      } catch (const braid::error& e) {
+        const auto r = static_cast<std::size_t>(rank);
+        rec->code[r] = static_cast<int>(e.code());
+        rec->peer[r] = e.peer();
+        std::snprintf(rec->what[r], sizeof rec->what[r], "%s", e.what());
+      }
+      return 0;
+    }, 60s);
+    CHECK(status[1] == 3);
+    for (int r : {0, 2}) {
+      const auto ur = static_cast<std::size_t>(r);
+      const std::string what(rec->what[ur]);
+      INFO("rank " << r << ": " << what);
+      CHECK(status[ur] == 0);
+      CHECK(what.find("rank 1 closed the connection") != std::string::npos);
+      CHECK(what.find("died during alloc") == std::string::npos);
+      if (r == 0) {
+        CHECK(rec->code[ur] == static_cast<int>(errc::protocol));
+        CHECK(rec->peer[ur] == 1);
+      } else if (rec->code[ur] == static_cast<int>(errc::peer_failed)) {
+        CHECK(rec->peer[ur] == 0);
+        CHECK(what.find("rank 0 failed") != std::string::npos);
+      } else {
+        CHECK(rec->code[ur] == static_cast<int>(errc::invalid_usage));
+      }
+      MESSAGE("trial " << trial << ", rank " << r << ": " << what);
     }
     release_shared(rec);
   }

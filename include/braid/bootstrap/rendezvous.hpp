@@ -79,6 +79,14 @@ inline sockaddr_un abstract_address(const std::string& name, socklen_t& len) {
 // instead of end of file).
 constexpr bool peer_gone_errno(int e) noexcept { return e == ECONNRESET || e == EPIPE || e == ECONNABORTED || e == ENOTCONN; }
 
+// What raise_peer_closed throws: a protocol_error that alloc's exchange can tell apart from the other
+// protocol errors, to find out which rank died before it reports (comm/communicator.hpp,
+// exchange_registration). Callers see a protocol_error.
+class peer_closed_error : public protocol_error {
+public:
+  using protocol_error::protocol_error;
+};
+
 // A connection the peer closed, or lost with its process (e = its errno; 0 = end of file): the
 // documented kind for that, protocol_error, whatever the socket said, naming the peer where known.
 [[noreturn]] inline void raise_peer_closed(const error_context& who, int e, const char* call = "", const char* file = nullptr,
@@ -87,7 +95,7 @@ constexpr bool peer_gone_errno(int e) noexcept { return e == ECONNRESET || e == 
   m += who.collective && std::string_view(who.collective) == "rendezvous" ? " (it refused this rank, or it died)"
                                                                           : " (it closed its communicator, or it died)";
   if (e != 0) m += ": " + std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")";
-  raise(errc::protocol, m, who, call, file, line, e);
+  throw peer_closed_error(m, who, call, file, line, e);
 }
 
 // A failed socket call: the peer's end gone is raise_peer_closed, anything else system_error; both

@@ -27,12 +27,15 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <tuple>
 #include <chrono>
 #include <utility>
 #include <algorithm>
 #include <vector>
+
+#include <poll.h>
 
 #include "../bootstrap/rendezvous.hpp"
 #include "../bootstrap/unique_id.hpp"
@@ -381,6 +384,9 @@ private:
         for (int q = 0; q < n; ++q) if (q != r) check_freed(q, t.freed[static_cast<std::size_t>(q)]);
         freed = std::move(t.freed);
       }
+    } catch (const host::detail::peer_closed_error& e) {
+      close_all();
+      raise_closed_in_alloc(p, e);
     } catch (...) {
       close_all();
       throw;
@@ -402,6 +408,69 @@ private:
       throw;
     }
     p.reg->set_peers(id, std::move(maps));
+  }
+
+  // How long alloc looks for the rank that died after a socket of its exchange closed (at most
+  // options::timeout): a process's socket closes a few microseconds before its pidfd becomes readable.
+  static constexpr std::chrono::milliseconds alloc_death_grace{1000};
+
+  // A socket of alloc's exchange closed (e: raise_peer_closed's error, peer() = the rank at its other
+  // end, q). The sockets form a star around rank 0, so q need not be the rank that died: rank 0 closes
+  // every socket when it fails because another rank died. Before raising, this rank looks at every
+  // peer, for at most alloc_death_grace (bounded by options::timeout), and raises:
+  //  * peer_failed naming the lowest rank whose process ended while its state word still said active
+  //    (it died without closing or failing), published like a death seen by a wait (fail_peer);
+  //  * if q closed its communicator (state left): e, the protocol_error it is;
+  //  * if q failed and a failure is published: that failure, as check_abort raises it (peer_failed
+  //    "rank W failed: ..." naming the publisher, or mismatch_error / aborted_error);
+  //  * if none of that is known in time: e, its message saying that q may only have relayed another
+  //    rank's failure.
+  [[noreturn]] static void raise_closed_in_alloc(impl& p, const host::detail::peer_closed_error& e) {
+    using clock = std::chrono::steady_clock;
+    const host::rank_context& cx = p.cx;
+    const int n = cx.nranks, r = cx.rank, q = e.peer();
+    const auto grace = std::min<std::chrono::nanoseconds>(p.opts.timeout, alloc_death_grace);
+    const auto until = clock::now() + grace;
+    const std::string how = e.sys_errno() ? std::string(std::strerror(e.sys_errno())) + " (errno " + std::to_string(e.sys_errno()) + ")"
+                                          : std::string("end of file");
+    for (;;) {
+      std::vector<int> dead;
+      for (int k = 0; k < n; ++k)
+        if (k != r && !cx.peer_gone(k) && !cx.peer_alive(k)) dead.push_back(k);
+      if (!dead.empty()) {
+        const int d = dead.front();
+        std::string m = "rank " + std::to_string(d) + " (pid " + std::to_string(cx.peer_pid[static_cast<std::size_t>(d)]) +
+                        ") died during alloc";
+        for (std::size_t i = 1; i < dead.size(); ++i) m += (i == 1 ? "; also dead: rank " : ", rank ") + std::to_string(dead[i]);
+        if (q == d) m += " (rank " + std::to_string(r) + " found its connection closed: " + how + ")";
+        else if (q >= 0) m += " (rank " + std::to_string(r) + " learnt it when rank " + std::to_string(q) + " closed the connection: " + how + ")";
+        error_context c = cx.ctx;
+        c.peer = d;
+        cx.publish_failure(errc::peer_failed, m);
+        raise(errc::peer_failed, m, c, {}, nullptr, 0, e.sys_errno());
+      }
+      if (q >= 0 && q < n) {
+        const auto st = static_cast<host::rank_state>(cx.seg.rank(q).state.load(std::memory_order_acquire));
+        if (st == host::rank_state::left) throw e;
+        if (st == host::rank_state::failed) cx.check_abort(q); // raises when a failure is published
+      }
+      const auto now = clock::now();
+      if (now >= until) break;
+      // Sleep until a peer's process ends (its pidfd becomes readable) or 1 ms passes.
+      std::vector<pollfd> fds;
+      nfds_t nfds = 0; // counted, not cast: nfds_t is size_t on Linux, not everywhere
+      for (int k = 0; k < n; ++k)
+        if (k != r && cx.peer_pidfd[static_cast<std::size_t>(k)] >= 0 && !cx.peer_gone(k)) {
+          fds.push_back(pollfd{cx.peer_pidfd[static_cast<std::size_t>(k)], POLLIN, 0});
+          ++nfds;
+        }
+      if (nfds == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      else (void)::poll(fds.data(), nfds, 1);
+    }
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(grace).count();
+    raise(errc::protocol, e.message() + "; rank " + std::to_string(q) + " may only have relayed another rank's failure: no rank " +
+                              "was found dead within " + std::to_string(ms) + " ms", e.context(), e.call(), e.file(), e.line(),
+          e.sys_errno());
   }
 
   impl& live() const {
