@@ -752,6 +752,7 @@ TEST_CASE("gpu stalled rank: a call on a shared GPU raises, a kernel on its own 
         FAIL("the next call did not raise");
       } catch (const braid::timeout_error& e) {
         MESSAGE("rank " << n - 1 << "'s next call: " << std::string(e.what()));
+        CHECK(std::string(e.what()).find("for the other ranks of its GPU") != std::string::npos);
         CHECK(e.rank() == 0);
         CHECK(e.collective() == "all_reduce");
         CHECK(e.sequence() == 1);

@@ -216,6 +216,9 @@ inline void raise_recorded(cuda_detail::device_abort* ab, const error_context& c
                                  ? " (CUDA_LAUNCH_BLOCKING=1 is set: each launch returns only when its kernel ends, so ranks "
                                    "enqueued by one thread cannot run together; enqueue each rank from its own thread, or unset it)"
                                  : "";
+    if (first.step == -4) // arrive(): the host waited for the other ranks of the GPU to make the call
+      raise(errc::timeout, "rank " + std::to_string(first.rank) + " waited more than the timeout for the other ranks of its GPU "
+                               "to make the call (nothing was launched); the group is stopped" + hint, c);
     raise(errc::timeout, "rank " + std::to_string(first.rank) + " waited more than the timeout for rank " +
                              std::to_string(first.peer) + " at step " + std::to_string(first.step) + " on the " +
                              gpu::device_kind() + hint, c);
