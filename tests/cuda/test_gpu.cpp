@@ -738,14 +738,25 @@ TEST_CASE("gpu stalled rank: a call on a shared GPU raises, a kernel on its own 
         MESSAGE("rank 0's call: " << std::string(e.what()));
         CHECK(std::string(e.what()).find("rank 0 waited more than the timeout for rank(s) 1") != std::string::npos);
         CHECK(std::string(e.what()).find("group_start()") != std::string::npos);
+        CHECK(e.rank() == 0);
+        CHECK(e.collective() == "all_reduce"); // the call that waited, and its number on rank 0
+        CHECK(e.sequence() == 1);
       }
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       CHECK_MESSAGE(raised, "rank 0's call did not raise braid::timeout_error");
       CHECK(waited < 10.0);
       CHECK(cudaStreamQuery(stream_of(*g, 0)) == cudaSuccess); // nothing was launched
-      // The group is failed: the next call raises at once.
-      CHECK_THROWS_AS(gt::enqueue(*g, n - 1, float_all_reduce(b.in[static_cast<std::size_t>(n - 1)], b.out[static_cast<std::size_t>(n - 1)], count)),
-                      braid::timeout_error);
+      // The group is failed: the next call raises at once, naming rank 0's call that gave up.
+      try {
+        gt::enqueue(*g, n - 1, float_all_reduce(b.in[static_cast<std::size_t>(n - 1)], b.out[static_cast<std::size_t>(n - 1)], count));
+        FAIL("the next call did not raise");
+      } catch (const braid::timeout_error& e) {
+        MESSAGE("rank " << n - 1 << "'s next call: " << std::string(e.what()));
+        CHECK(std::string(e.what()).find("for the other ranks of its GPU") != std::string::npos);
+        CHECK(e.rank() == 0);
+        CHECK(e.collective() == "all_reduce");
+        CHECK(e.sequence() == 1);
+      }
     }
     if (ndev >= 2) {
       std::vector<int> devs(static_cast<std::size_t>(n));
@@ -769,9 +780,19 @@ TEST_CASE("gpu stalled rank: a call on a shared GPU raises, a kernel on its own 
           CHECK(e.peer() >= 1);
           CHECK(e.peer() < n);
           CHECK(std::string(e.what()).find("rank 0 waited") != std::string::npos);
+          CHECK(e.rank() == 0);
+          CHECK(e.collective() == "all_reduce"); // the call during which rank 0's kernel gave up
+          CHECK(e.sequence() == 1);
         }
         CHECK_MESSAGE(raised, "check() did not raise braid::timeout_error");
-        CHECK_THROWS_AS(gt::check(*g, n - 1), braid::timeout_error);
+        try {
+          gt::check(*g, n - 1);
+          FAIL("rank " << n - 1 << "'s check() did not raise");
+        } catch (const braid::timeout_error& e) { // another rank's check(): the same record
+          CHECK(e.rank() == 0);
+          CHECK(e.collective() == "all_reduce");
+          CHECK(e.sequence() == 1);
+        }
       }
     }
     auto fresh = gt::make_group(sweep_devices(n), sweep_timeout(), 0, sweep_threads());
@@ -821,9 +842,18 @@ TEST_CASE("gpu ranks of one GPU make different calls: invalid_usage, the group s
     CHECK(e.code() == errc::invalid_usage);
     MESSAGE(std::string(e.what()));
     CHECK(std::string(e.what()).find("different calls") != std::string::npos);
+    CHECK(e.collective() == "all_reduce"); // the group's first call
+    CHECK(e.sequence() == 1);
   }
   CHECK_MESSAGE(raised, "no error");
-  CHECK_THROWS_AS(gt::check(*g, 0), braid::error);
+  try {
+    gt::check(*g, 0);
+    FAIL("check() did not raise");
+  } catch (const braid::error& e) { // the record of the stopped group names the call that stopped it
+    MESSAGE("check(): " << std::string(e.what()));
+    CHECK(e.collective() == "all_reduce");
+    CHECK(e.sequence() == 1);
+  }
   CHECK_THROWS_AS(gt::enqueue(*g, 1, float_all_reduce(b.in[1], b.out[1], 100)), braid::error);
   CHECK(std::chrono::steady_clock::now() - t0 < 5s);
 }
@@ -869,6 +899,11 @@ TEST_CASE("gpu ranks on different GPUs make different calls: mismatch_error, wel
       } catch (const braid::error& e) {
         raised = e.code() == errc::mismatch;
         MESSAGE("rank " << r << ": " << std::string(e.what()));
+        // The call during which a kernel found the difference: the first all_reduce, or the
+        // all_reduce after the two broadcasts (each rank's call #2).
+        CHECK(e.collective() == "all_reduce");
+        CHECK(e.sequence() == (kind == 0 ? 1u : 2u));
+        CHECK(e.peer() == 1 - e.rank());
       }
       CHECK_MESSAGE(raised, "rank " << r << "'s check() did not raise mismatch_error");
     }

@@ -543,8 +543,8 @@ TEST_CASE("host path: rounds staged ahead, host round trips per call, a long wai
 
 // Mismatched calls on the device path: different counts; then a broadcast whose two ranks both think
 // they are the root (neither reads the other, so that call compares nothing) followed by an
-// all_reduce, whose chained call word carries the difference. Every rank raises mismatch_error well
-// before the 60 s deadline.
+// all_reduce, whose chained call word carries the difference. Every rank raises mismatch_error, naming
+// that call, well before the 60 s deadline.
 TEST_CASE("device path: mismatched calls raise mismatch_error on every rank") {
   REQUIRE_MESSAGE(g_devices >= 2, "needs 2 GPUs (the emulator's BRAID_EMU_DEVICES)");
   const int n = 2;
@@ -569,7 +569,11 @@ TEST_CASE("device path: mismatched calls raise mismatch_error on every rank") {
         return 2;
       } catch (const braid::error& e) {
         std::printf("rank %d: %s\n", r, e.what());
-        return e.code() == errc::mismatch ? 0 : 3;
+        if (e.code() != errc::mismatch) return 3;
+        // The call during which a kernel found the difference: each rank's first all_reduce (#1), or
+        // the all_reduce after the broadcast (#2); the rank that found it and the other as the peer.
+        if (e.collective() != "all_reduce" || e.sequence() != (kind == 0 ? 1u : 2u) || e.peer() != 1 - e.rank()) return 4;
+        return 0;
       }
     }, std::chrono::seconds(120));
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -529,18 +529,18 @@ TEST_CASE("the error record keeps one complete entry per GPU and one for the hos
   CHECK_FALSE(cd::abort_raised(b.ab));
   CHECK(cd::abort_record(b.ab) == nullptr);
   const auto timeout = static_cast<unsigned>(braid::errc::timeout), aborted = static_cast<unsigned>(braid::errc::aborted);
-  cd::record_failure(cd::abort_ref{b.ab, 2}, cd::device_error{timeout, 3, 1, 7, 5});
-  cd::record_failure(cd::abort_ref{b.ab, 2}, cd::device_error{timeout, 4, 0, 9, 6}); // same GPU, later: kept out
+  cd::record_failure(cd::abort_ref{b.ab, 2}, cd::device_error{timeout, 3, 1, 7, 5, {}});
+  cd::record_failure(cd::abort_ref{b.ab, 2}, cd::device_error{timeout, 4, 0, 9, 6, {}}); // same GPU, later: kept out
   CHECK(cd::abort_raised(b.ab));
   const cd::device_error* e = cd::abort_record(b.ab);
   REQUIRE(e != nullptr);
   CHECK(e->rank == 3);
   CHECK(e->peer == 1);
   CHECK(e->step == 7);
-  cd::record_failure(cd::abort_ref{b.ab, 1}, cd::device_error{timeout, 0, 3, 2, 8}); // another GPU: its own slot
+  cd::record_failure(cd::abort_ref{b.ab, 1}, cd::device_error{timeout, 0, 3, 2, 8, {}}); // another GPU: its own slot
   CHECK(b.ab->slot[1].e.rank == 0);
   CHECK(b.ab->slot[2].e.rank == 3);
-  cd::record_failure(cd::abort_ref{b.ab, cd::abort_host_slot}, cd::device_error{aborted, 5, -1, -1, 0});
+  cd::record_failure(cd::abort_ref{b.ab, cd::abort_host_slot}, cd::device_error{aborted, 5, -1, -1, 0, {}});
   e = cd::abort_record(b.ab);
   REQUIRE(e != nullptr);
   CHECK(e->code == aborted);

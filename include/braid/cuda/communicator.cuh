@@ -207,12 +207,13 @@ public:
   int blocks_per_rank() const { return live().blocks; }
   int threads_per_block() const { return live().threads; }
 
-  // Raises the error a kernel of this group recorded (timeout, abort), if any.
-  void check() const { detail::raise_recorded(live().abort, rank_); }
+  // Raises the error a kernel of this group recorded (timeout, abort), if any: it names the rank that
+  // gave up, the peer it waited for and its call (collective and sequence number) where known.
+  void check() const { detail::raise_recorded(live().abort, error_context{rank_, nullptr, 0, -1}); }
   // Makes every kernel of the group return at its next check (within microseconds).
   void abort() {
     cuda_detail::record_failure({live().abort, cuda_detail::abort_host_slot},
-                                cuda_detail::device_error{static_cast<unsigned>(errc::aborted), rank_, -1, -1, 0});
+                                cuda_detail::device_error{static_cast<unsigned>(errc::aborted), rank_, -1, -1, 0, cuda_detail::call_id{}});
   }
 
 
@@ -277,8 +278,11 @@ private:
   void collective_call(const T* in, T* out, std::size_t count, int root, const Op& op, cudaStream_t stream, call_options co) {
     detail::group_state& g = live();
     const int n = g.nranks, r = rank_;
-    error_context ctx{r, std::string_view(name(c)).data(), 0, -1};
-    check();
+    detail::rank_memory& rm = g.ranks[static_cast<std::size_t>(r)];
+    // This call's number on this rank: calls that count (count > 0, two ranks or more) are numbered
+    // from 1; errors name it, and so does a failure its kernel records.
+    error_context ctx{r, std::string_view(name(c)).data(), rm.calls + 1, -1};
+    detail::raise_recorded(g.abort, ctx);
     const braid::detail::call_shape sh = braid::detail::validate_call<c, T>(in, out, count, root, n, r, co.algorithm, ctx);
     const bool reads_in = sh.reads_in, writes_out = sh.writes_out, in_place = sh.in_place;
     const std::size_t in_n = sh.in_n, out_n = sh.out_n;
@@ -297,12 +301,11 @@ private:
       const cuda_detail::launch_args la = detail::launch_args_for<S, T>(c, n, r, root, count, g.half_bytes, g.ranks[static_cast<std::size_t>(r)].table,
                                                                         g.abort, g.opts.timeout, ctx);
       const bool zero_copy = !in_place && reads_in && reads_in_place(in);
-      detail::rank_memory& rm = g.ranks[static_cast<std::size_t>(r)];
       // The chain advances only once the call counts in (arrive returns): a call that arrive undoes
       // (a thread that would wait for ranks it drives itself) leaves the rank where it was.
       const std::uint64_t word =
           braid::detail::chain_call_word(rm.call_word, braid::detail::describe_call<T, Op>(c, a, count, root, rm.calls + 1), 0);
-      const cuda_detail::rank_call mine{r, in, out, zero_copy ? static_cast<std::uint64_t>(lo(in)) : 0, word};
+      const cuda_detail::rank_call mine{r, in, out, zero_copy ? static_cast<std::uint64_t>(lo(in)) : 0, word, ctx.seq};
       auto kernel = &cuda_detail::collective_kernel<S, T, Op>;
       const detail::call_signature sig{c, count, root, sizeof(T), reinterpret_cast<const void*>(kernel)};
       const auto& set = g.sets[static_cast<std::size_t>(g.set_of[static_cast<std::size_t>(r)])];
@@ -314,7 +317,8 @@ private:
                      static_cast<int>(g.sets.size()),
                      [&](cudaStream_t st, const cuda_detail::launch_args& args) {
                        return gpu::launch_cooperative(kernel, grid, threads, 0, st, args, op);
-                     });
+                     },
+                     ctx);
       rm.call_word = word;
       ++rm.calls;
     });

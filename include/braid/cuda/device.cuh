@@ -23,6 +23,13 @@ namespace braid::cuda_detail {
 
 using u64 = unsigned long long;
 
+// Which call a failure happened in: the collective and the call's sequence number on the rank's
+// communicator (braid::error_context::seq, 1-based), as the host numbered it; seq 0: none known.
+struct call_id {
+  int coll; // braid::collective
+  u64 seq;
+};
+
 // The first error of a group, written once. Lives in host-mapped (zero-copy) memory shared by every
 // rank of the group.
 struct device_error {
@@ -31,6 +38,7 @@ struct device_error {
   int peer;           // whom it waited for
   int step;
   u64 waited_ns;
+  call_id call;       // the call `rank` was making, if known (a kernel's launch arguments carry it)
 };
 
 // The group's record has one slot per writer kind, so that no slot is ever claimed by two devices:
@@ -97,7 +105,8 @@ BRAID_HD void record_failure(abort_ref at, const device_error& e) {
 }
 
 // Bounded spin by one thread: waits until *word >= target, or the group is aborted, or timeout_ns
-// passes (then records a timeout and raises the abort flag). Returns false if the kernel must stop.
+// passes (then records a timeout, naming `rank`, `peer`, `step` and `call`, and raises the abort
+// flag). Returns false if the kernel must stop. `call` is used only when the wait gives up.
 // Polls are relaxed (no L1 invalidation per poll on a GPU); one acquire load once the word is there
 // orders the reads that follow (the word only grows, so it still passes).
 // The abort flag lives in host-mapped memory: a GPU reads it across PCIe, and while the read is out
@@ -108,7 +117,7 @@ BRAID_HD void record_failure(abort_ref at, const device_error& e) {
 // inside a read when the peer posted, and the step ends when its last block has seen the post.
 inline constexpr u64 default_abort_every_ns = 100000; // 100 us: an abort is seen within about that
 BRAID_DEVICE bool wait_ge(const u64* word, u64 target, abort_ref ab, u64 timeout_ns, int rank, int peer, int step,
-                          u64 abort_every_ns = default_abort_every_ns) {
+                          u64 abort_every_ns = default_abort_every_ns, call_id call = {}) {
   auto poll = [&] { return sys_u64(*const_cast<u64*>(word)).load(gpu::memory_order::relaxed) >= target; };
   if (poll()) return load_acquire(word) >= target;
   const u64 start = gpu::clock_ns();
@@ -122,7 +131,7 @@ BRAID_DEVICE bool wait_ge(const u64* word, u64 target, abort_ref ab, u64 timeout
         abort_due = now + abort_every_ns;
       }
       if (now - start > timeout_ns) {
-        record_failure(ab, device_error{static_cast<unsigned>(errc::timeout), rank, peer, step, now - start});
+        record_failure(ab, device_error{static_cast<unsigned>(errc::timeout), rank, peer, step, now - start, call});
         return false;
       }
     }

@@ -48,6 +48,9 @@ struct rank_call {
   // in round R compares the peer's word of round R with its own before it reads anything of that
   // peer, and stops the group with a mismatch record if they differ.
   std::uint64_t call_word;
+  // The call's sequence number on this rank's communicator (braid::error_context::seq): read only
+  // when the kernel records a failure, so that check() names the call that failed.
+  std::uint64_t seq;
 };
 
 // What a launch on one GPU needs: the call, and the part of every rank of the group on that GPU.
@@ -107,7 +110,8 @@ BRAID_KERNEL_BOUNDED(512) void collective_kernel(launch_args a, Op op) {
         gpu::atomic_ref<u64, gpu::scope::device>(*a.busy).exchange(1, gpu::memory_order::acq_rel) != 0) {
       // Another launch of this group is running on this GPU: two calls overlap (a graph replayed on
       // a stream the group's calls are not ordered with). Their rounds would collide: stop the group.
-      record_failure(abort_ref{a.abort, a.abort_slot}, device_error{static_cast<unsigned>(errc::invalid_usage), r, -1, -3, 0});
+      record_failure(abort_ref{a.abort, a.abort_slot},
+                     device_error{static_cast<unsigned>(errc::invalid_usage), r, -1, -3, 0, call_id{static_cast<int>(a.coll), me.seq}});
     }
     // Written by this rank's previous kernel, which ended before this one began (a relaxed atomic load,
     // as the volatile load it replaces: nothing may be cached from before the launch).
@@ -129,7 +133,8 @@ BRAID_KERNEL_BOUNDED(512) void collective_kernel(launch_args a, Op op) {
   // barrier. A thread that gives up sets `stop` for the whole block.
   auto wait = [&](int q, u64 target, int step) {
     gpu::atomic_ref<int, gpu::scope::device> halt(stop);
-    if (!halt.load(gpu::memory_order::relaxed) && !wait_ge(ranks[q].progress, target, abort_ref{a.abort, a.abort_slot}, a.timeout_ns, r, q, step, a.abort_every_ns))
+    if (!halt.load(gpu::memory_order::relaxed) && !wait_ge(ranks[q].progress, target, abort_ref{a.abort, a.abort_slot}, a.timeout_ns, r, q, step,
+                                                           a.abort_every_ns, call_id{static_cast<int>(a.coll), me.seq}))
       halt.store(1, gpu::memory_order::relaxed);
   };
 
@@ -139,7 +144,8 @@ BRAID_KERNEL_BOUNDED(512) void collective_kernel(launch_args a, Op op) {
     gpu::atomic_ref<int, gpu::scope::device> halt(stop);
     if (halt.load(gpu::memory_order::relaxed)) return;
     if (sys_u64(ranks[q].call[round & 3]).load(gpu::memory_order::relaxed) != me.call_word) {
-      record_failure(abort_ref{a.abort, a.abort_slot}, device_error{static_cast<unsigned>(errc::mismatch), r, q, step, 0});
+      record_failure(abort_ref{a.abort, a.abort_slot},
+                     device_error{static_cast<unsigned>(errc::mismatch), r, q, step, 0, call_id{static_cast<int>(a.coll), me.seq}});
       halt.store(1, gpu::memory_order::relaxed);
     }
   };

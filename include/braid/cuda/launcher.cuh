@@ -137,9 +137,11 @@ inline void join_locked(device_set& ds, const pending_call& c, cudaStream_t stre
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ds.chain, 0));
 }
 
-// Launches `c` (every participant arrived; the set's lock is held) on the last arriver's stream.
+// Launches `c` (every participant arrived; the set's lock is held) on the last arriver's stream;
+// `ctx` is that arriver's call.
 inline void launch_locked(device_set& ds, pending_call& c, cudaStream_t stream,
-                          const std::function<cudaError_t(cudaStream_t, const cuda_detail::launch_args&)>& launch) {
+                          const std::function<cudaError_t(cudaStream_t, const cuda_detail::launch_args&)>& launch,
+                          const error_context& ctx) {
   cuda_detail::device_guard dg(ds.device);
   c.launch_stream = stream;
   if (c.capturing) {
@@ -161,14 +163,19 @@ inline void launch_locked(device_set& ds, pending_call& c, cudaStream_t stream,
                           "(cudaErrorCooperativeLaunchTooLarge; lower group_options::max_blocks_per_rank or "
                           "threads_per_block, or put fewer ranks on the GPU)"
                     : std::string("the collective kernel's launch failed: ") + cudaGetErrorName(e) + ": " + cudaGetErrorString(e),
-          error_context{ds.ranks[0], "cuda collective", 0, -1});
+          ctx);
   }
   BRAID_CUDA_CHECK(cudaEventRecordWithFlags(ds.chain, stream, c.capturing ? cudaEventRecordExternal : cudaEventRecordDefault));
   c.launched = true;
 }
 
-[[noreturn]] inline void raise_failed(const pending_call& c, int rank) {
-  raise(c.failure_code, c.failure, error_context{rank, "cuda collective", 0, -1});
+[[noreturn]] inline void raise_failed(const pending_call& c, const error_context& ctx) {
+  raise(c.failure_code, c.failure, ctx);
+}
+
+// Which call of its rank `c` is, for a record of the group's error.
+inline cuda_detail::call_id call_of(const pending_call& c, int local) {
+  return {static_cast<int>(c.args.coll), c.args.calls[local].seq};
 }
 
 // Returns a call's ready events for reuse (the waits on them are enqueued, or the call is dropped).
@@ -178,23 +185,29 @@ inline void give_back_locked(device_set& ds, pending_call& c) {
 }
 
 // A call that cannot go on leaves its GPU's ranks at different call counts: stop the group, so that
-// every later call raises at once and kernels on other GPUs waiting for this launch give up.
-inline void stop_group(device_set& ds, int rank, unsigned code) {
-  cuda_detail::record_failure({ds.abort, cuda_detail::abort_host_slot}, cuda_detail::device_error{code, rank, -1, -5, 0});
+// every later call raises at once and kernels on other GPUs waiting for this launch give up. `call`
+// is rank `rank`'s call that could not go on.
+inline void stop_group(device_set& ds, int rank, unsigned code, cuda_detail::call_id call) {
+  cuda_detail::record_failure({ds.abort, cuda_detail::abort_host_slot}, cuda_detail::device_error{code, rank, -1, -5, 0, call});
 }
 
-// Raises the error a kernel (or a host) recorded in a group's abort record, if any; `rank` is the
-// caller's rank, named where the record names none. Shared by both CUDA communicators.
-inline void raise_recorded(cuda_detail::device_abort* ab, int rank_) {
+// Raises the error a kernel (or a host) recorded in a group's abort record, if any. The error names
+// the rank, peer and call the record names (the call during which a kernel gave up, or that a host
+// refused: its collective and its sequence number on that rank); where the record names none, those
+// of `caller` (the call, or check(), that found the record). Shared by both CUDA communicators.
+inline void raise_recorded(cuda_detail::device_abort* ab, const error_context& caller) {
   if (!cuda_detail::abort_raised(ab)) return;
   // The flag is raised only once a slot is claimed; wait (briefly) until one is complete.
   const cuda_detail::device_error* rec = nullptr;
   for (int i = 0; !(rec = cuda_detail::abort_record(ab)); ++i) {
-    if (i > 100000) raise(errc::aborted, "the group was aborted (its error record was never completed)", error_context{rank_, "cuda collective", 0, -1});
+    if (i > 100000) raise(errc::aborted, "the group was aborted (its error record was never completed)", caller);
     std::this_thread::yield();
   }
   const cuda_detail::device_error first = *rec;
-  error_context c{first.rank >= 0 ? first.rank : rank_, "cuda collective", 0, first.peer};
+  const bool named = first.call.seq != 0;
+  error_context c{first.rank >= 0 ? first.rank : caller.rank,
+                  named ? name(static_cast<collective>(first.call.coll)).data() : caller.collective,
+                  named ? first.call.seq : caller.seq, first.peer >= 0 ? first.peer : caller.peer};
   if (first.code == static_cast<unsigned>(errc::timeout)) {
     // With CUDA_LAUNCH_BLOCKING=1 a launch returns only when its kernel has ended, so a thread that
     // enqueues several ranks never launches the peers its first kernel waits for.
@@ -203,6 +216,9 @@ inline void raise_recorded(cuda_detail::device_abort* ab, int rank_) {
                                  ? " (CUDA_LAUNCH_BLOCKING=1 is set: each launch returns only when its kernel ends, so ranks "
                                    "enqueued by one thread cannot run together; enqueue each rank from its own thread, or unset it)"
                                  : "";
+    if (first.step == -4) // arrive(): the host waited for the other ranks of the GPU to make the call
+      raise(errc::timeout, "rank " + std::to_string(first.rank) + " waited more than the timeout for the other ranks of its GPU "
+                               "to make the call (nothing was launched); the group is stopped" + hint, c);
     raise(errc::timeout, "rank " + std::to_string(first.rank) + " waited more than the timeout for rank " +
                              std::to_string(first.peer) + " at step " + std::to_string(first.step) + " on the " +
                              gpu::device_kind() + hint, c);
@@ -257,7 +273,7 @@ inline void group_end() {
       j.call->failure_code = errc::invalid_usage;
       j.set->calls.erase(j.call->seq);
       detail::give_back_locked(*j.set, *j.call);
-      detail::stop_group(*j.set, j.rank, static_cast<unsigned>(errc::invalid_usage));
+      detail::stop_group(*j.set, j.rank, static_cast<unsigned>(errc::invalid_usage), detail::call_of(*j.call, j.local));
       j.set->cv.notify_all();
       if (first.empty()) first = j.call->failure, code = errc::invalid_usage, first_rank = j.rank;
       continue;
@@ -307,10 +323,13 @@ namespace detail {
 // Rank `rank` (local index `local` of `ds`) makes call `sig` with its part `mine` on `stream`.
 // Returns when the call is launched and `stream` joined to it, or at once inside a bracket. `common`
 // holds the fields every rank computes alike; `launch` starts the kernel (used by the last arriver).
+// `ctx` is the call's context on this rank (its collective and sequence number, mine.seq), named by
+// every error the call raises.
 inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<device_set>& dsp, int local, int rank,
                    const call_signature& sig, const cuda_detail::launch_args& common, const cuda_detail::rank_call& mine,
                    cudaStream_t stream, std::chrono::nanoseconds timeout, cuda_detail::device_abort* abort, int nsets,
-                   const std::function<cudaError_t(cudaStream_t, const cuda_detail::launch_args&)>& launch) {
+                   const std::function<cudaError_t(cudaStream_t, const cuda_detail::launch_args&)>& launch,
+                   const error_context& ctx) {
   device_set& ds = *dsp;
   const bool in_bracket = bracket().depth > 0;
   const int L = static_cast<int>(ds.ranks.size());
@@ -319,7 +338,7 @@ inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<devi
     raise(errc::unsupported,
           "CUDA_LAUNCH_BLOCKING=1 is set: a launch returns only when its kernel ends, so one thread cannot launch the "
           "kernels of several GPUs that wait for each other; drive each GPU from its own thread, or unset it",
-          error_context{rank, "cuda collective", 0, -1});
+          ctx);
   cuda_detail::device_guard dg(ds.device);
   std::unique_lock<std::mutex> lk(ds.m);
   const std::size_t me = static_cast<std::size_t>(local);
@@ -341,7 +360,8 @@ inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<devi
     c->streams.assign(static_cast<std::size_t>(L), nullptr);
     c->ready.assign(static_cast<std::size_t>(L), nullptr);
   }
-  const std::string which = "GPU " + std::to_string(ds.device) + ", call #" + std::to_string(seq);
+  const std::string which = "GPU " + std::to_string(ds.device) + ", the group's launch #" + std::to_string(seq + 1) + " there";
+  const cuda_detail::call_id my_call{static_cast<int>(sig.coll), mine.seq};
   // Checks before this rank counts in. One that fails drops the call and stops the group: the ranks
   // that arrived are a call ahead of the others now.
   auto fail_all = [&](errc code, const std::string& why) {
@@ -349,9 +369,9 @@ inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<devi
     c->failure_code = code;
     ds.calls.erase(seq);
     give_back_locked(ds, *c);
-    stop_group(ds, rank, static_cast<unsigned>(errc::invalid_usage));
+    stop_group(ds, rank, static_cast<unsigned>(errc::invalid_usage), my_call);
     ds.cv.notify_all();
-    raise_failed(*c, rank);
+    raise_failed(*c, ctx);
   };
   if (!(c->sig == sig))
     fail_all(errc::invalid_usage, "ranks made different calls (" + which +
@@ -373,7 +393,7 @@ inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<devi
     }
     if (const cudaError_t e = cudaEventRecord(ev, stream); e != cudaSuccess) {
       ds.spare.push_back(ev);
-      cuda_detail::raise_cuda(e, "cudaEventRecord (the rank's stream)", __FILE__, __LINE__, error_context{rank, "cuda collective", 0, -1});
+      cuda_detail::raise_cuda(e, "cudaEventRecord (the rank's stream)", __FILE__, __LINE__, ctx);
     }
   }
   // Counted in.
@@ -389,7 +409,7 @@ inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<devi
   if (c->arrived == L) {
     ds.calls.erase(seq);
     try {
-      launch_locked(ds, *c, stream, launch);
+      launch_locked(ds, *c, stream, launch, ctx);
     } catch (...) {
       try {
         throw;
@@ -400,7 +420,7 @@ inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<devi
         c->failure = e.what();
       }
       give_back_locked(ds, *c);
-      stop_group(ds, rank, static_cast<unsigned>(errc::aborted));
+      stop_group(ds, rank, static_cast<unsigned>(errc::aborted), my_call);
       ds.cv.notify_all();
       throw;
     }
@@ -448,7 +468,7 @@ inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<devi
       if (c->arrived == 0) ds.calls.erase(seq);
       raise(errc::invalid_usage, "rank " + std::to_string(rank) + " would wait for rank(s) " + who + " on GPU " +
                                      std::to_string(ds.device) + ", whose latest calls came from this same thread: " + how,
-            error_context{rank, "cuda collective", 0, -1});
+            ctx);
     }
     c->failure = "rank " + std::to_string(rank) + " waited more than the timeout for rank(s) " + who + " (" + which +
                  ") to make the call (" + how + ")";
@@ -458,9 +478,9 @@ inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<devi
     ds.cv.notify_all();
     // Kernels of other GPUs may be waiting for this launch: stop them.
     cuda_detail::record_failure({abort, cuda_detail::abort_host_slot},
-                                cuda_detail::device_error{static_cast<unsigned>(errc::timeout), rank, -1, -4, 0});
+                                cuda_detail::device_error{static_cast<unsigned>(errc::timeout), rank, -1, -4, 0, my_call});
   }
-  if (!c->failure.empty()) raise_failed(*c, rank);
+  if (!c->failure.empty()) raise_failed(*c, ctx);
   join_locked(ds, *c, stream);
 }
 

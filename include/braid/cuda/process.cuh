@@ -202,7 +202,7 @@ public:
   // Host path: nothing to check (calls raise themselves).
   void check() const {
     const state& s = live();
-    if (s.dev) detail::raise_recorded(s.dev->abort.rec(), s.host.rank());
+    if (s.dev) detail::raise_recorded(s.dev->abort.rec(), error_context{s.host.rank(), nullptr, 0, -1});
   }
   int rank() const { return live().host.rank(); }
   int size() const { return live().host.size(); }
@@ -285,7 +285,7 @@ public:
     s.failed.store(true);
     if (s.dev)
       cuda_detail::record_failure({s.dev->abort.rec(), cuda_detail::abort_host_slot},
-                                  cuda_detail::device_error{static_cast<unsigned>(errc::aborted), s.host.rank(), -1, -1, 0});
+                                  cuda_detail::device_error{static_cast<unsigned>(errc::aborted), s.host.rank(), -1, -1, 0, cuda_detail::call_id{}});
     try {
       s.host.abort();
     } catch (...) {
@@ -531,7 +531,7 @@ private:
                    const braid::detail::call_shape& sh, const error_context& ctx) {
     ipc_detail::device_path_state& d = *s.dev;
     const int n = s.host.size(), r = s.host.rank();
-    detail::raise_recorded(d.abort.rec(), r);
+    detail::raise_recorded(d.abort.rec(), ctx);
     s.last_stream = stream;
     ++s.stats.calls;
     if (count == 0) return;
@@ -546,7 +546,7 @@ private:
       const cuda_detail::launch_args la = detail::launch_args_for<S, T>(c, n, r, root, count, d.half,
                                                                         static_cast<const cuda_detail::device_rank*>(d.table.p),
                                                                         d.abort.rec(), s.opts.base.timeout, ctx);
-      const cuda_detail::rank_call mine{r, in, out, 0, word};
+      const cuda_detail::rank_call mine{r, in, out, 0, word, ctx.seq};
       auto kernel = &cuda_detail::collective_kernel<S, T, Op>;
       if (!d.loaded.count(reinterpret_cast<const void*>(kernel))) {
         detail::check_resident(kernel, s.device, static_cast<int>(d.threads), d.blocks, "process_options::reduce_blocks",
@@ -558,7 +558,8 @@ private:
       detail::arrive({}, d.set, 0, r, sig, la, mine, stream, s.opts.base.timeout, d.abort.rec(), 1, // 1: this process launches only its own GPU
                      [&](cudaStream_t st, const cuda_detail::launch_args& args) {
                        return gpu::launch_cooperative(kernel, grid, threads, 0, st, args, op);
-                     });
+                     },
+                     ctx);
       ++d.launches;
       d.call_word = word; // the chain advances once the call is enqueued
       ++d.calls;

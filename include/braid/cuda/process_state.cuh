@@ -148,7 +148,7 @@ struct peer_watch {
         for (std::size_t i = 0; i + 1 < p.size(); ++i)
           if (p[i].revents) {
             cuda_detail::record_failure({rec, cuda_detail::abort_host_slot},
-                                        cuda_detail::device_error{static_cast<unsigned>(errc::peer_failed), me, ranks[i], -6, 0});
+                                        cuda_detail::device_error{static_cast<unsigned>(errc::peer_failed), me, ranks[i], -6, 0, cuda_detail::call_id{}});
             return;
           }
       }
@@ -281,7 +281,8 @@ inline void fail_quietly(process_state& s) noexcept {
     // already there (a kernel's timeout) stays the one check() reports.
     if (!cuda_detail::abort_raised(s.dev->abort.rec()))
       cuda_detail::record_failure({s.dev->abort.rec(), cuda_detail::abort_host_slot},
-                                cuda_detail::device_error{static_cast<unsigned>(errc::aborted), s.host.valid() ? s.host.rank() : -1, -1, -1, 0});
+                                cuda_detail::device_error{static_cast<unsigned>(errc::aborted), s.host.valid() ? s.host.rank() : -1, -1, -1, 0,
+                                                          cuda_detail::call_id{}});
     (void)drain_launches(*s.dev, s.opts.base.timeout);
   }
   try {
