@@ -72,6 +72,8 @@ struct launch_args {
   int local;                // ranks of the group on this GPU
   rank_call calls[max_local_ranks];
 };
+// Passed by value as the kernel's parameter: CUDA's classic limit for a kernel's parameters is 4 KiB.
+static_assert(sizeof(launch_args) <= 4096, "launch_args is the kernel's parameter block: at most 4 KiB");
 
 // Block arrival on `counter`, shared by `blocks` blocks; true for the last of them. The block barrier
 // orders the block's data writes before thread 0's acq_rel add; the adds form a release sequence, so
