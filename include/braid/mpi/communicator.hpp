@@ -23,7 +23,8 @@
 //                   each host. Otherwise: broadcast on the root's host, MPI_Bcast among local ranks 0,
 //                   broadcast inside the other hosts.
 //   reduce          an all_reduce whose result only the root keeps (costs what all_reduce costs).
-//   barrier         barrier inside the host, MPI_Barrier among local ranks 0, barrier inside the host.
+//   barrier         barrier inside the host, the call check (below; an all-reduce, so a barrier) among
+//                   the ranks of the inter-host stage, barrier inside the host.
 // With one host every call goes straight to the host communicator (exactly braid's own result).
 //
 // Guarantees
@@ -35,22 +36,32 @@
 //    floating sums differ from a flat reduction only by the rounding of the host partials to T.
 //  * Any element type and operator braid supports: MPI moves bytes (contiguous MPI_BYTE types) and
 //    braid's reduction loop does the arithmetic, so no MPI_Op is involved and no MPI_Allreduce rounding.
+//  * Mismatched calls across hosts raise mismatch_error on every rank before any inter-host data
+//    exchange: the ranks of the inter-host stage (uniform: all; otherwise local ranks 0) compare a
+//    chained call word with a non-blocking 16-byte MPI_Iallreduce started as the call begins and
+//    completed before their first exchange (start_check below), and publish a difference to their
+//    host's ranks. Inside a host the host communicator's call words compare the intra-host stages.
 //  * Bad arguments raise invalid_argument on this rank before anything moves. Any error during a call
 //    (an MPI error, converted to braid::system_error, or an error of the host communicator) makes this
 //    communicator refuse further calls (usage_error). Waits inside a host have braid's deadline
-//    (BRAID_TIMEOUT); waits inside MPI have MPI's semantics (no deadline): a rank that fails while
-//    others are inside the inter-host step can leave them waiting — call MPI_Abort on such an error.
+//    (BRAID_TIMEOUT), and so does the call check; MPI's data exchanges have MPI's semantics (no
+//    deadline): a rank that fails while others are inside the inter-host step can leave them
+//    waiting — call MPI_Abort on such an error.
 //  * Counts are limited to INT_MAX elements per MPI call (unsupported_error beyond).
 // Needs <mpi.h>: this header is not part of <braid/braid.hpp>.
 #pragma once
 
 #include <mpi.h>
 
+#include <sched.h>
+
+#include <chrono>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -58,6 +69,7 @@
 
 #include "../comm/communicator.hpp"
 #include "../core/reduce.hpp"
+#include "../schedule/call_word.hpp"
 #include "bootstrap.hpp"
 #include "check.hpp"
 
@@ -79,6 +91,7 @@ public:
   communicator(communicator&& o) noexcept { *this = std::move(o); }
   communicator& operator=(communicator&& o) noexcept {
     if (this != &o) {
+      abandon_check();
       free_types();
       scratch_ = std::move(o.scratch_);
       local_ = std::move(o.local_);
@@ -90,12 +103,19 @@ public:
       failure_ = std::move(o.failure_);
       what_ = o.what_;
       seq_ = std::exchange(o.seq_, 0);
+      checked_ = std::exchange(o.checked_, 0);
+      word_ = std::exchange(o.word_, 0);
+      what_desc_ = o.what_desc_;
+      check_ = std::move(o.check_);
+      check_req_ = std::exchange(o.check_req_, MPI_REQUEST_NULL);
+      timeout_ = o.timeout_;
     }
     return *this;
   }
   // Frees the scratch memory before leaving the host communicator, which it is registered with.
   ~communicator() {
     scratch_ = buffer<std::uint64_t>();
+    abandon_check();
     free_types();
   }
 
@@ -103,6 +123,7 @@ public:
   // duplicated, so the caller may free it afterwards.
   explicit communicator(MPI_Comm comm, const options& opts = options::from_env()) : hc_(split_hosts(comm)) {
     local_ = join_local(hc_.world.get(), hc_.local.get(), opts);
+    timeout_ = opts.timeout;
     live_ = true;
   }
 
@@ -126,27 +147,40 @@ public:
     requires reduction_for<Op, T>
   void all_reduce(const T* in, T* out, std::size_t count, Op op = {}) {
     check<collective::all_reduce>(in, out, count, 0);
-    call("all_reduce", [&] { do_all_reduce(in, out, count, op); });
+    call("all_reduce", [&] {
+      start_check<collective::all_reduce, T, Op>(count, 0);
+      do_all_reduce(in, out, count, op);
+    });
   }
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void reduce_scatter(const T* in, T* out, std::size_t recv_count, Op op = {}) {
     check<collective::reduce_scatter>(in, out, recv_count, 0);
-    call("reduce_scatter", [&] { do_reduce_scatter(in, out, recv_count, op); });
+    call("reduce_scatter", [&] {
+      start_check<collective::reduce_scatter, T, Op>(recv_count, 0);
+      do_reduce_scatter(in, out, recv_count, op);
+    });
   }
   template <element T> void all_gather(const T* in, T* out, std::size_t send_count) {
     check<collective::all_gather>(in, out, send_count, 0);
-    call("all_gather", [&] { do_all_gather(in, out, send_count); });
+    call("all_gather", [&] {
+      start_check<collective::all_gather, T, braid::detail::copy_only>(send_count, 0);
+      do_all_gather(in, out, send_count);
+    });
   }
   template <element T> void broadcast(const T* in, T* out, std::size_t count, int root) {
     check<collective::broadcast>(in, out, count, root);
-    call("broadcast", [&] { do_broadcast(in, out, count, root); });
+    call("broadcast", [&] {
+      start_check<collective::broadcast, T, braid::detail::copy_only>(count, root);
+      do_broadcast(in, out, count, root);
+    });
   }
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void reduce(const T* in, T* out, std::size_t count, int root, Op op = {}) {
     check<collective::reduce>(in, out, count, root);
     call("reduce", [&] {
+      start_check<collective::reduce, T, Op>(count, root);
       if (rank() == root) return do_all_reduce(in, out, count, op);
       std::vector<T> sink(count);
       do_all_reduce(in, sink.data(), count, op);
@@ -155,7 +189,10 @@ public:
   void barrier() {
     call("barrier", [&] {
       local_.barrier();
-      if (lay().local_rank == 0 && lay().hosts > 1) BRAID_MPI_CHECK_CTX(MPI_Barrier(hc_.cross.get()), ctx());
+      // The call check among the ranks that take part in the inter-host stage (every rank of a
+      // uniform layout, the local ranks 0 otherwise) is an all-reduce: it is the inter-host barrier.
+      start_check<collective::barrier, std::uint8_t, braid::detail::copy_only>(1, 0);
+      finish_check();
       local_.barrier();
     });
   }
@@ -205,11 +242,81 @@ private:
     ++seq_;
     try {
       f();
+      finish_check(); // ranks whose call had no inter-host exchange (none with these algorithms)
     } catch (const std::exception& e) {
       failed_ = true;
       failure_ = e.what();
       throw;
     }
+  }
+
+  // ---- the inter-host call check --------------------------------------------------------------------
+  // Every rank that takes part in the inter-host stage (uniform layouts: every rank, on its cross
+  // communicator; otherwise the local ranks 0) folds its call into a 64-bit call word, chained over its
+  // calls like the host transport's (schedule/call_word.hpp; count-0 calls, which move nothing, are not
+  // counted), and starts MPI_Iallreduce(BAND) of (word, ~word) on its cross communicator when the call
+  // begins, beside the call's first intra-host stage. It completes the reduction before its first
+  // inter-host exchange (finish_check), the only point where MPI could move data of a mismatched call.
+  // The pair reduces to (w, ~w) exactly when every member's word is w (a bit that differs is 0 in both
+  // halves), so every member reads the same verdict; on a difference each raises mismatch_error and
+  // publishes it to its host communicator, whose other ranks raise it from their waits. All members
+  // compare the same fixed-size pair whatever their calls, so the check itself never mismatches in MPI.
+  template <collective c, class T, class Op> void start_check(std::size_t count, int root) {
+    const host_layout& L = hc_.layout;
+    if (L.hosts == 1 || count == 0 || !(L.uniform || L.local_rank == 0)) return;
+    ++checked_;
+    what_desc_ = braid::detail::describe_call<T, Op>(c, algo::automatic, count, root, checked_);
+    if (c == collective::barrier) what_desc_ = {static_cast<std::uint64_t>(collective::barrier) | std::uint64_t{0xffffff} << 8, 0, 0, checked_};
+    word_ = braid::detail::chain_call_word(word_, what_desc_, 0);
+    if (!check_) check_ = std::make_unique<std::uint64_t[]>(4);
+    check_[0] = word_;
+    check_[1] = ~word_;
+    BRAID_MPI_CHECK_CTX(MPI_Iallreduce(check_.get(), check_.get() + 2, 2, MPI_UINT64_T, MPI_BAND, hc_.cross.get(), &check_req_), ctx());
+  }
+  // Completes the check started by start_check (nothing when none is in flight). Polls MPI_Test with
+  // the communicator's deadline (BRAID_TIMEOUT: timeout_error), raising a failure that a rank of this
+  // host published meanwhile.
+  void finish_check() {
+    if (check_req_ == MPI_REQUEST_NULL) return;
+    const auto start = std::chrono::steady_clock::now();
+    for (std::uint32_t spins = 0;; ++spins) {
+      int done = 0;
+      BRAID_MPI_CHECK_CTX(MPI_Test(&check_req_, &done, MPI_STATUS_IGNORE), ctx());
+      if (done) break;
+      if (spins % 64 != 63) continue;
+      local_.raise_published_failure();
+      if (std::chrono::steady_clock::now() - start > timeout_) {
+        const std::string m = "rank " + std::to_string(hc_.layout.rank) + " waited more than " +
+                              std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(timeout_).count()) +
+                              " ms for the other hosts to start call " + std::to_string(checked_) + " (BRAID_TIMEOUT / options::timeout)";
+        local_.publish_failure(errc::timeout, m);
+        raise(errc::timeout, m, ctx());
+      }
+      sched_yield();
+    }
+    if ((check_[2] | check_[3]) == ~std::uint64_t{0}) return;
+    const auto& d = what_desc_;
+    std::string mine = std::string(name(static_cast<collective>(d[0] & 0xff)));
+    if ((d[0] & 0xffffff00u) != 0xffffff00u) {
+      mine += " of " + std::to_string(d[1]) + " " + std::string(name(static_cast<dtype>((d[0] >> 8) & 0xff))) + " (" +
+              std::to_string(d[0] >> 32) + "-byte elements), operator " + std::string(name(static_cast<op_kind>((d[0] >> 16) & 0xff)));
+      if (d[2]) mine += ", root " + std::to_string(d[2] - 1);
+    }
+    const std::string m = "mismatched calls across hosts: rank " + std::to_string(hc_.layout.rank) + " (host " +
+                          std::to_string(hc_.layout.host) + ") called " + mine + " as its inter-host call " + std::to_string(checked_) +
+                          "; a rank of another host differs in collective, element type, operator, count or root, or an "
+                          "earlier call differed, or the hosts are out of step";
+    local_.publish_failure(errc::mismatch, m);
+    raise(errc::mismatch, m, ctx());
+  }
+
+  // A check that an error left in flight may still complete, inside a later MPI call of this process:
+  // its buffer is left to MPI (32 bytes, once per failed communicator), never freed under it. MPI
+  // forbids freeing or cancelling a non-blocking collective's request.
+  void abandon_check() noexcept {
+    if (check_req_ == MPI_REQUEST_NULL) return;
+    (void)check_.release();
+    check_req_ = MPI_REQUEST_NULL;
   }
 
   // A committed MPI type of `bytes` contiguous bytes (one per element size, kept until destruction).
@@ -261,6 +368,7 @@ private:
     }
     T* pieces = staging<T>(static_cast<std::size_t>(H) * static_cast<std::size_t>(mine));
     const MPI_Datatype t = type_of(sizeof(T));
+    finish_check();
     BRAID_MPI_CHECK_CTX(MPI_Alltoallv(data, cnt.data(), off.data(), t, pieces, rc.data(), ro.data(), t, comm), ctx());
     reduce_pieces(pieces, H, static_cast<std::size_t>(mine), data + off[static_cast<std::size_t>(me)], op);
     BRAID_MPI_CHECK_CTX(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, cnt.data(), off.data(), t, comm), ctx());
@@ -322,6 +430,7 @@ private:
       T* group = packed + l * H * rc;
       local_.reduce_scatter(packed, group, H * rc, part);
       T* pieces = staging<T>(H * rc);
+      finish_check();
       BRAID_MPI_CHECK_CTX(MPI_Alltoall(group, static_cast<int>(rc), t, pieces, static_cast<int>(rc), t, hc_.cross.get()), ctx());
       reduce_pieces(pieces, L.hosts, rc, out, op);
       return;
@@ -345,6 +454,7 @@ private:
         rcn[h] = mine;
         ro[h] = static_cast<int>(h) * mine;
       }
+      finish_check();
       BRAID_MPI_CHECK_CTX(MPI_Alltoallv(send, sc.data(), so.data(), t, recv, rcn.data(), ro.data(), t, hc_.cross.get()), ctx());
       reduce_pieces(recv, L.hosts, static_cast<std::size_t>(mine), host_result, op);
     }
@@ -362,6 +472,7 @@ private:
     if (L.uniform) {
       const std::size_t n = static_cast<std::size_t>(L.local_size), l = static_cast<std::size_t>(L.local_rank);
       T* buf = scratch<T>(N * sc); // group g = blocks of ranks (0, g), ..., (H-1, g)
+      finish_check();
       BRAID_MPI_CHECK_CTX(MPI_Allgather(in, static_cast<int>(sc), t, buf + l * H * sc, static_cast<int>(sc), t, hc_.cross.get()), ctx());
       local_.all_gather(buf + l * H * sc, buf, H * sc);
       for (std::size_t g = 0; g < n; ++g)
@@ -380,6 +491,7 @@ private:
         off[h] = static_cast<int>(o);
         o += static_cast<std::size_t>(cnt[h]);
       }
+      finish_check();
       BRAID_MPI_CHECK_CTX(MPI_Allgatherv(buf, static_cast<int>(hn), t, all, cnt.data(), off.data(), t, hc_.cross.get()), ctx());
     }
     local_.broadcast(all, all, N * sc, 0);
@@ -399,10 +511,14 @@ private:
     const int c = static_cast<int>(count);
     if (L.uniform) {
       if (L.rank == root && in != out) std::memcpy(static_cast<void*>(out), in, count * sizeof(T));
+      finish_check(); // every rank: those of another local rank than the root's have no exchange
       if (L.local_rank == rl) BRAID_MPI_CHECK_CTX(MPI_Bcast(out, c, t, rh, hc_.cross.get()), ctx());
       local_.broadcast(out, out, count, rl);
       return;
     }
+    // The leaders compare before the root's host moves anything: its other ranks leave the call after
+    // this local broadcast, so they must find a mismatch published by then.
+    finish_check();
     if (L.host == rh) local_.broadcast(in, out, count, rl);
     if (L.local_rank == 0) BRAID_MPI_CHECK_CTX(MPI_Bcast(out, c, t, rh, hc_.cross.get()), ctx());
     if (L.host != rh) local_.broadcast(out, out, count, 0);
@@ -414,6 +530,13 @@ private:
   std::string failure_;
   const char* what_ = nullptr;
   std::uint64_t seq_ = 0;
+  // The inter-host call check (start_check): calls counted, the chained word, its description,
+  // (word, ~word, and their BAND over the cross communicator), the request in flight.
+  std::uint64_t checked_ = 0, word_ = 0;
+  braid::detail::call_description what_desc_{};
+  std::unique_ptr<std::uint64_t[]> check_; // MPI's buffers of the check in flight (abandon_check)
+  MPI_Request check_req_ = MPI_REQUEST_NULL;
+  std::chrono::nanoseconds timeout_ = std::chrono::seconds(300);
   std::map<std::size_t, MPI_Datatype> types_;
   buffer<std::uint64_t> scratch_;
   std::vector<std::uint64_t> staging_;
