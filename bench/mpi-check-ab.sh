@@ -63,6 +63,8 @@ for line in open(sys.argv[1]):
         size = int(float(f[0]))
         b, p = runs.setdefault((label, coll, size), ([], []))
         b.append(float(f[5])); p.append(float(f[9]))
+def ratio(a, b):
+    return statistics.median(a) / statistics.median(b) if statistics.median(b) > 0 else float("nan")
 def fmt(xs):
     return "%8.2f [%7.2f-%8.2f]" % (statistics.median(xs), min(xs), max(xs))
 print("# median [min-max] over passes, us per call (max over ranks); ratio = median after / median before")
@@ -71,8 +73,8 @@ print("# %-14s %8s   %-27s %-27s %6s   %-27s %-27s %6s" % ("collective", "size(B
 for (label, coll, size) in sorted(k for k in runs if k[0] == "before"):
     b0, p0 = runs[("before", coll, size)]
     b1, p1 = runs.get(("after", coll, size), ([float("nan")], [float("nan")]))
-    print("  %-14s %8d   %s %s %6.2f   %s %s %6.2f" % (coll, size, fmt(b0), fmt(b1), statistics.median(b1) / statistics.median(b0),
-                                                     fmt(p0), fmt(p1), statistics.median(p1) / statistics.median(p0)))
+    print("  %-14s %8d   %s %s %6.2f   %s %s %6.2f" % (coll, size, fmt(b0), fmt(b1), ratio(b1, b0),
+                                                     fmt(p0), fmt(p1), ratio(p1, p0)))
 EOF
 cat "$OUT.summary" "$OUT.raw" > "$OUT"
 rm -f "$OUT.raw" "$OUT.summary"

@@ -397,7 +397,8 @@ void check_errors(comm_type& c) {
 // --mismatch KIND: the hosts make different calls (each host consistent inside itself, so only the
 // inter-host stage can see it) and every rank must raise braid::mismatch_error, write nothing past
 // its buffers, and then refuse further calls (usage_error). Kinds (odd hosts differ from even ones):
-//   count       all_reduce of 1000 floats against 1500
+//   count       all_reduce of 1000 floats against 1500 (both above the check's inline bytes)
+//   count-small all_reduce of 8 floats against 1500 (one side's data rides in the check, the other's not)
 //   collective  all_reduce against all_gather of 100 floats
 //   root        broadcast from rank 0 against rank 1 (hosts of another local rank than 0's: hosts differ)
 //   root-local  broadcast from rank 0 against the last rank (another host, another local rank)
@@ -421,8 +422,8 @@ void check_mismatch(const std::string& kind) {
   constexpr std::size_t tail = 16; // elements after each buffer that must stay poison
   std::size_t in_n = 0, out_n = 0;
   std::function<void(const float*, float*)> call;
-  if (kind == "count") {
-    const std::size_t n = odd ? 1500 : 1000;
+  if (kind == "count" || kind == "count-small") {
+    const std::size_t n = odd ? 1500 : (kind == "count" ? 1000 : 8);
     in_n = out_n = n;
     call = [&c, n](const float* i, float* o) { c.all_reduce(i, o, n); };
   } else if (kind == "collective") {
@@ -586,7 +587,7 @@ int main(int argc, char** argv) {
     else if (a == "--mismatch" && i + 1 < argc) mismatch = argv[++i];
     else if (a == "--mismatch-watchdog" && i + 1 < argc) watchdog = static_cast<unsigned>(std::atoi(argv[++i]));
     else {
-      if (world_rank == 0) std::fprintf(stderr, "usage: test_mpi [--hosts H] [--uniform 0|1] [--expect-error] [--quick] [--large N] [--chunk-bytes B] [--local-path device|host] [--mismatch count|collective|root|root-local|all]\n");
+      if (world_rank == 0) std::fprintf(stderr, "usage: test_mpi [--hosts H] [--uniform 0|1] [--expect-error] [--quick] [--large N] [--chunk-bytes B] [--local-path device|host] [--mismatch count|count-small|collective|root|root-local|all]\n");
       MPI_Finalize();
       return 2;
     }
@@ -609,7 +610,7 @@ int main(int argc, char** argv) {
       std::signal(SIGALRM, on_watchdog);
       alarm(watchdog);
       if (mismatch == "all")
-        for (const char* k : {"count", "collective", "root", "root-local"}) check_mismatch(k);
+        for (const char* k : {"count", "count-small", "collective", "root", "root-local"}) check_mismatch(k);
       else
         check_mismatch(mismatch);
       alarm(0);

@@ -161,11 +161,6 @@ public:
     p.cx.self().state.store(static_cast<std::uint32_t>(host::rank_state::failed), std::memory_order_release);
     p.cx.wake_own_sleepers();
   }
-  // Raises the failure another rank published, as a call blocked here would (a load when none was).
-  void raise_published_failure() const {
-    const impl& p = live();
-    if (BRAID_UNLIKELY(p.cx.seg.header().abort_word.load(std::memory_order_acquire) != 0)) p.cx.check_abort(-1);
-  }
 
   // Which algorithm a call would use (after per-call, environment and tuning table choices).
   algo algorithm_for(collective c, std::uint64_t bytes, algo requested = algo::automatic) const {
