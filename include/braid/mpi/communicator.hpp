@@ -6,8 +6,8 @@
 // the same order with the same counts, roots and operators; calls are blocking.
 //
 // Algorithms (H hosts of L ranks each; "uniform" when every host has the same L). Every inter-host step
-// below starts with the call check (exchange(): one MPI_Allgather of 1 KiB per member); where the
-// step's data per member fits in its 976 payload bytes the step is that exchange alone (each member
+// below starts with the call check (exchange(): one MPI_Allgather of 256 bytes per member); where the
+// step's data per member fits in its 208 payload bytes the step is that exchange alone (each member
 // reduces or copies every member's block), the MPI calls named below only above it:
 //   all_reduce      uniform: reduce_scatter inside each host (slice l of ceil(count/L) to local rank l),
 //                   the slices across hosts among the ranks with the same local rank (MPI_Alltoallv of
@@ -260,7 +260,7 @@ private:
   // the call (where MPI may truncate, hang or mix messages) start only after it passed. Calls whose
   // inter-host data fits in inline_bytes per member complete from the exchange itself (no further MPI
   // call), so for small messages the word costs no round of its own.
-  static constexpr std::size_t block_bytes = 1024, header_bytes = 48, inline_bytes = block_bytes - header_bytes;
+  static constexpr std::size_t block_bytes = 256, header_bytes = 48, inline_bytes = block_bytes - header_bytes;
 
   template <collective c, class T, class Op> void start_check(std::size_t count, int root) {
     const host_layout& L = hc_.layout;
