@@ -30,11 +30,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <csignal>
+#include <functional>
 #include <random>
 #include <span>
 #include <string>
 #include <vector>
 #include <type_traits>
+
+#include <unistd.h>
 
 namespace {
 
@@ -389,6 +393,91 @@ void check_errors(comm_type& c) {
   c.barrier();
 }
 
+#ifndef BRAID_TEST_MPI_CUDA
+// --mismatch KIND: the hosts make different calls (each host consistent inside itself, so only the
+// inter-host stage can see it) and every rank must raise braid::mismatch_error, write nothing past
+// its buffers, and then refuse further calls (usage_error). Kinds (odd hosts differ from even ones):
+//   count       all_reduce of 1000 floats against 1500 (both above the check's inline bytes)
+//   count-small all_reduce of 8 floats against 1500 (one side's data rides in the check, the other's not)
+//   collective  all_reduce against all_gather of 100 floats
+//   root        broadcast from rank 0 against rank 1 (hosts of another local rank than 0's: hosts differ)
+//   root-local  broadcast from rank 0 against the last rank (another host, another local rank)
+//   all         each of these, a fresh communicator for each
+// Each kind first runs a matching all_reduce on the same communicator (the check passes, the sum is
+// right). A watchdog (SIGALRM, --mismatch-watchdog seconds, default 90) ends a rank that hangs.
+void check_mismatch(const std::string& kind) {
+  braid::mpi::communicator c(MPI_COMM_WORLD);
+  const std::string where = "mismatch " + kind + " on rank " + std::to_string(world_rank);
+  {
+    std::vector<float> x(64, 1.0f);
+    c.all_reduce(std::span<float>(x));
+    for (float v : x)
+      if (v != static_cast<float>(world_size)) {
+        fail(where + ": the matching all_reduce before it is wrong");
+        break;
+      }
+  }
+  const bool odd = c.host() % 2 == 1;
+  const float poison = 99.0f;
+  constexpr std::size_t tail = 16; // elements after each buffer that must stay poison
+  std::size_t in_n = 0, out_n = 0;
+  std::function<void(const float*, float*)> call;
+  if (kind == "count" || kind == "count-small") {
+    const std::size_t n = odd ? 1500 : (kind == "count" ? 1000 : 8);
+    in_n = out_n = n;
+    call = [&c, n](const float* i, float* o) { c.all_reduce(i, o, n); };
+  } else if (kind == "collective") {
+    in_n = 100;
+    out_n = odd ? 100 * static_cast<std::size_t>(world_size) : 100;
+    if (odd) call = [&c](const float* i, float* o) { c.all_gather(i, o, 100); };
+    else call = [&c](const float* i, float* o) { c.all_reduce(i, o, 100); };
+  } else if (kind == "root" || kind == "root-local") {
+    const int root = !odd ? 0 : (kind == "root" ? 1 : world_size - 1);
+    in_n = out_n = 100;
+    call = [&c, root](const float* i, float* o) { c.broadcast(i, o, 100, root); };
+  } else {
+    fail("unknown --mismatch kind " + kind);
+    return;
+  }
+  std::vector<float> in(in_n + tail, poison), out(out_n + tail, poison);
+  for (std::size_t i = 0; i < in_n; ++i) in[i] = static_cast<float>(world_rank);
+  std::string got = "returned normally";
+  try {
+    call(in.data(), out.data());
+  } catch (const braid::mismatch_error& e) {
+    got.clear();
+    if (world_rank == 0) std::printf("%s: rank 0 raised mismatch_error: %s\n", kind.c_str(), e.what());
+  } catch (const braid::error& e) {
+    got = std::string("raised ") + braid::to_string(e.code()) + ": " + e.what();
+  }
+  if (!got.empty()) {
+    fail(where + ": " + got + " (want mismatch_error)");
+    std::fprintf(stderr, "%s: %s\n", where.c_str(), got.c_str()); // now: a later hang prints nothing more
+    std::fflush(stderr);
+  }
+  for (std::size_t i = 0; i < tail; ++i)
+    if (in[in_n + i] != poison || out[out_n + i] != poison) {
+      fail(where + ": written past the end of a buffer");
+      break;
+    }
+  bool refused = false;
+  try {
+    c.barrier();
+  } catch (const braid::usage_error&) {
+    refused = true;
+  } catch (const braid::error&) {
+  }
+  if (!refused) fail(where + ": the next call was not refused with usage_error");
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+extern "C" void on_watchdog(int) {
+  const char m[] = "test_mpi: watchdog: a rank is still inside a call (hang)\n";
+  [[maybe_unused]] const auto n = write(2, m, sizeof(m) - 1);
+  _exit(3);
+}
+#endif
+
 #ifdef BRAID_TEST_MPI_CUDA
 // What only the device build checks: the bits equal braid::mpi::communicator's on the same random
 // floats (the documented order is the same; `count` here is --large + 1, so that it and the reference
@@ -484,7 +573,8 @@ int main(int argc, char** argv) {
   int want_hosts = -1, want_uniform = -1;
   bool expect_error = false, quick = false;
   std::size_t large = 100003, chunk_bytes = std::size_t{4} << 20;
-  std::string want_path;
+  std::string want_path, mismatch;
+  unsigned watchdog = 90;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--hosts" && i + 1 < argc) want_hosts = std::atoi(argv[++i]);
@@ -494,8 +584,10 @@ int main(int argc, char** argv) {
     else if (a == "--large" && i + 1 < argc) large = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--chunk-bytes" && i + 1 < argc) chunk_bytes = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--local-path" && i + 1 < argc) want_path = argv[++i];
+    else if (a == "--mismatch" && i + 1 < argc) mismatch = argv[++i];
+    else if (a == "--mismatch-watchdog" && i + 1 < argc) watchdog = static_cast<unsigned>(std::atoi(argv[++i]));
     else {
-      if (world_rank == 0) std::fprintf(stderr, "usage: test_mpi [--hosts H] [--uniform 0|1] [--expect-error] [--quick] [--large N] [--chunk-bytes B] [--local-path device|host]\n");
+      if (world_rank == 0) std::fprintf(stderr, "usage: test_mpi [--hosts H] [--uniform 0|1] [--expect-error] [--quick] [--large N] [--chunk-bytes B] [--local-path device|host] [--mismatch count|count-small|collective|root|root-local|all]\n");
       MPI_Finalize();
       return 2;
     }
@@ -510,6 +602,19 @@ int main(int argc, char** argv) {
         if (world_rank == 0) std::printf("rank 0 raised as expected: %s\n", e.what());
       }
       if (!raised) fail("construction did not raise on rank " + std::to_string(world_rank));
+    } else if (!mismatch.empty()) {
+#ifdef BRAID_TEST_MPI_CUDA
+      (void)watchdog;
+      fail("--mismatch is not implemented for the device build");
+#else
+      std::signal(SIGALRM, on_watchdog);
+      alarm(watchdog);
+      if (mismatch == "all")
+        for (const char* k : {"count", "count-small", "collective", "root", "root-local"}) check_mismatch(k);
+      else
+        check_mismatch(mismatch);
+      alarm(0);
+#endif
     } else {
 #ifdef BRAID_TEST_MPI_CUDA
       braid::mpi::cuda_options co;

@@ -151,6 +151,20 @@ public:
     p.cx.publish_failure(errc::aborted, "abort() called on rank " + std::to_string(p.cx.rank));
   }
 
+  // For a layer built over this communicator (braid::mpi, whose leaders compare calls across hosts):
+  // publishes a failure the layer found outside this communicator's own calls as if a call had found
+  // it. Every rank blocked in a call of this communicator, or entering one, raises it (errc::mismatch:
+  // mismatch_error; errc::aborted: aborted_error; otherwise peer_error naming this rank), and this
+  // communicator refuses further calls. The first failure published wins.
+  void publish_failure(errc code, const std::string& message) {
+    impl& p = live();
+    p.failed = true;
+    p.failure = message;
+    p.cx.publish_failure(code, message);
+    p.cx.self().state.store(static_cast<std::uint32_t>(host::rank_state::failed), std::memory_order_release);
+    p.cx.wake_own_sleepers();
+  }
+
   // Which algorithm a call would use (after per-call, environment and tuning table choices).
   algo algorithm_for(collective c, std::uint64_t bytes, algo requested = algo::automatic) const {
     const impl& p = live();

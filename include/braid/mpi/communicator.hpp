@@ -5,7 +5,10 @@
 // bootstrap.hpp for how hosts are found and BRAID_HOST_ID). Every rank calls the same collectives in
 // the same order with the same counts, roots and operators; calls are blocking.
 //
-// Algorithms (H hosts of L ranks each; "uniform" when every host has the same L):
+// Algorithms (H hosts of L ranks each; "uniform" when every host has the same L). Every inter-host step
+// below starts with the call check (exchange(): one MPI_Allgather of 256 bytes per member); where the
+// step's data per member fits in its 208 payload bytes the step is that exchange alone (each member
+// reduces or copies every member's block), the MPI calls named below only above it:
 //   all_reduce      uniform: reduce_scatter inside each host (slice l of ceil(count/L) to local rank l),
 //                   the slices across hosts among the ranks with the same local rank (MPI_Alltoallv of
 //                   1/H pieces, each piece reduced by its owner, MPI_Allgatherv), all_gather inside
@@ -23,7 +26,8 @@
 //                   each host. Otherwise: broadcast on the root's host, MPI_Bcast among local ranks 0,
 //                   broadcast inside the other hosts.
 //   reduce          an all_reduce whose result only the root keeps (costs what all_reduce costs).
-//   barrier         barrier inside the host, MPI_Barrier among local ranks 0, barrier inside the host.
+//   barrier         barrier inside the host, the call check (below; an all-reduce, so a barrier) among
+//                   the ranks of the inter-host stage, barrier inside the host.
 // With one host every call goes straight to the host communicator (exactly braid's own result).
 //
 // Guarantees
@@ -35,11 +39,18 @@
 //    floating sums differ from a flat reduction only by the rounding of the host partials to T.
 //  * Any element type and operator braid supports: MPI moves bytes (contiguous MPI_BYTE types) and
 //    braid's reduction loop does the arithmetic, so no MPI_Op is involved and no MPI_Allreduce rounding.
+//  * Mismatched calls across hosts raise mismatch_error on every rank before any exchange whose size
+//    depends on the call: the first inter-host MPI call of the ranks of the inter-host stage (uniform:
+//    all; otherwise local ranks 0) is always one fixed-size MPI_Allgather carrying a chained call word
+//    (exchange() below), compared before anything else is read, a difference published to the host's
+//    ranks. Up to inline_bytes per member the call's data rides in it and no other MPI call follows.
+//    Inside a host the host communicator's call words compare the intra-host stages.
 //  * Bad arguments raise invalid_argument on this rank before anything moves. Any error during a call
 //    (an MPI error, converted to braid::system_error, or an error of the host communicator) makes this
 //    communicator refuse further calls (usage_error). Waits inside a host have braid's deadline
-//    (BRAID_TIMEOUT); waits inside MPI have MPI's semantics (no deadline): a rank that fails while
-//    others are inside the inter-host step can leave them waiting — call MPI_Abort on such an error.
+//    (BRAID_TIMEOUT); MPI calls, the call check's included, have MPI's semantics (no
+//    deadline): a rank that fails while others are inside the inter-host step can leave them
+//    waiting — call MPI_Abort on such an error.
 //  * Counts are limited to INT_MAX elements per MPI call (unsupported_error beyond).
 // Needs <mpi.h>: this header is not part of <braid/braid.hpp>.
 #pragma once
@@ -58,6 +69,7 @@
 
 #include "../comm/communicator.hpp"
 #include "../core/reduce.hpp"
+#include "../schedule/call_word.hpp"
 #include "bootstrap.hpp"
 #include "check.hpp"
 
@@ -90,6 +102,11 @@ public:
       failure_ = std::move(o.failure_);
       what_ = o.what_;
       seq_ = std::exchange(o.seq_, 0);
+      checked_ = std::exchange(o.checked_, 0);
+      word_ = std::exchange(o.word_, 0);
+      what_desc_ = o.what_desc_;
+      pending_ = std::exchange(o.pending_, false);
+      xbuf_ = std::move(o.xbuf_);
     }
     return *this;
   }
@@ -126,27 +143,40 @@ public:
     requires reduction_for<Op, T>
   void all_reduce(const T* in, T* out, std::size_t count, Op op = {}) {
     check<collective::all_reduce>(in, out, count, 0);
-    call("all_reduce", [&] { do_all_reduce(in, out, count, op); });
+    call("all_reduce", [&] {
+      start_check<collective::all_reduce, T, Op>(count, 0);
+      do_all_reduce(in, out, count, op);
+    });
   }
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void reduce_scatter(const T* in, T* out, std::size_t recv_count, Op op = {}) {
     check<collective::reduce_scatter>(in, out, recv_count, 0);
-    call("reduce_scatter", [&] { do_reduce_scatter(in, out, recv_count, op); });
+    call("reduce_scatter", [&] {
+      start_check<collective::reduce_scatter, T, Op>(recv_count, 0);
+      do_reduce_scatter(in, out, recv_count, op);
+    });
   }
   template <element T> void all_gather(const T* in, T* out, std::size_t send_count) {
     check<collective::all_gather>(in, out, send_count, 0);
-    call("all_gather", [&] { do_all_gather(in, out, send_count); });
+    call("all_gather", [&] {
+      start_check<collective::all_gather, T, braid::detail::copy_only>(send_count, 0);
+      do_all_gather(in, out, send_count);
+    });
   }
   template <element T> void broadcast(const T* in, T* out, std::size_t count, int root) {
     check<collective::broadcast>(in, out, count, root);
-    call("broadcast", [&] { do_broadcast(in, out, count, root); });
+    call("broadcast", [&] {
+      start_check<collective::broadcast, T, braid::detail::copy_only>(count, root);
+      do_broadcast(in, out, count, root);
+    });
   }
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void reduce(const T* in, T* out, std::size_t count, int root, Op op = {}) {
     check<collective::reduce>(in, out, count, root);
     call("reduce", [&] {
+      start_check<collective::reduce, T, Op>(count, root);
       if (rank() == root) return do_all_reduce(in, out, count, op);
       std::vector<T> sink(count);
       do_all_reduce(in, sink.data(), count, op);
@@ -155,7 +185,10 @@ public:
   void barrier() {
     call("barrier", [&] {
       local_.barrier();
-      if (lay().local_rank == 0 && lay().hosts > 1) BRAID_MPI_CHECK_CTX(MPI_Barrier(hc_.cross.get()), ctx());
+      // The call check among the ranks that take part in the inter-host stage (every rank of a
+      // uniform layout, the local ranks 0 otherwise) is an all-gather: it is the inter-host barrier.
+      start_check<collective::barrier, std::uint8_t, braid::detail::copy_only>(1, 0);
+      if (pending_) (void)exchange(nullptr, 0);
       local_.barrier();
     });
   }
@@ -205,11 +238,80 @@ private:
     ++seq_;
     try {
       f();
+      if (pending_) (void)exchange(nullptr, 0); // a checking rank without an exchange: none with these algorithms
     } catch (const std::exception& e) {
       failed_ = true;
       failure_ = e.what();
       throw;
     }
+  }
+
+  // ---- the inter-host call check --------------------------------------------------------------------
+  // Every rank that takes part in the inter-host stage (uniform layouts: every rank, on its cross
+  // communicator; otherwise the local ranks 0) folds each call with a non-zero count into a 64-bit call
+  // word, chained over its calls like the host transport's (schedule/call_word.hpp; count-0 calls,
+  // which move nothing, are not counted). Its first inter-host MPI call, whatever the collective, is
+  // exchange(): an MPI_Allgather of one block_bytes block per member, {word, the call's description,
+  // up to inline_bytes of the call's data}. Every member receives the same H blocks and compares every
+  // word with its own before it reads any payload, so all members reach the same verdict; on a
+  // difference each raises mismatch_error (naming both calls) and publishes it to its host
+  // communicator, whose other ranks raise it from their waits. The exchange has the same size and type
+  // whatever the calls, so it is always a matching MPI call, and the exchanges whose sizes depend on
+  // the call (where MPI may truncate, hang or mix messages) start only after it passed. Calls whose
+  // inter-host data fits in inline_bytes per member complete from the exchange itself (no further MPI
+  // call), so for small messages the word costs no round of its own.
+  static constexpr std::size_t block_bytes = 256, header_bytes = 48, inline_bytes = block_bytes - header_bytes;
+
+  template <collective c, class T, class Op> void start_check(std::size_t count, int root) {
+    const host_layout& L = hc_.layout;
+    if (L.hosts == 1 || count == 0 || !(L.uniform || L.local_rank == 0)) return;
+    ++checked_;
+    what_desc_ = braid::detail::describe_call<T, Op>(c, algo::automatic, count, root, checked_);
+    if (c == collective::barrier) what_desc_ = {static_cast<std::uint64_t>(collective::barrier) | std::uint64_t{0xffffff} << 8, 0, 0, checked_};
+    word_ = braid::detail::chain_call_word(word_, what_desc_, 0);
+    pending_ = true;
+  }
+
+  // The check, carrying `bytes` (<= inline_bytes) of `payload`; returns the H blocks, member j's at
+  // j * block_bytes, its payload at header_bytes (16-byte aligned). Cross-communicator member j is
+  // host j. A blocking MPI call: MPI's semantics, no deadline (see the file comment).
+  const std::byte* exchange(const void* payload, std::size_t bytes) {
+    pending_ = false;
+    const std::size_t H = static_cast<std::size_t>(hc_.layout.hosts), words = block_bytes / sizeof(std::uint64_t);
+    if (xbuf_.size() < (H + 1) * words) xbuf_.resize((H + 1) * words);
+    std::uint64_t* mine = xbuf_.data();
+    mine[0] = word_;
+    for (std::size_t i = 0; i < 4; ++i) mine[1 + i] = what_desc_[i];
+    if (bytes) std::memcpy(reinterpret_cast<std::byte*>(mine) + header_bytes, payload, bytes);
+    std::byte* all = reinterpret_cast<std::byte*>(xbuf_.data() + words);
+    BRAID_MPI_CHECK_CTX(MPI_Allgather(mine, static_cast<int>(block_bytes), MPI_BYTE, all, static_cast<int>(block_bytes), MPI_BYTE, hc_.cross.get()), ctx());
+    for (std::size_t j = 0; j < H; ++j) {
+      std::uint64_t h[5];
+      std::memcpy(h, all + j * block_bytes, sizeof(h));
+      if (BRAID_UNLIKELY(h[0] != word_)) fail_mismatch(static_cast<int>(j), {h[1], h[2], h[3], h[4]});
+    }
+    return all;
+  }
+  template <class T> static const T* payload_of(const std::byte* all, std::size_t j) {
+    return reinterpret_cast<const T*>(all + j * block_bytes + header_bytes);
+  }
+
+  static std::string describe(const braid::detail::call_description& d) {
+    std::string s = std::string(name(static_cast<collective>(d[0] & 0xff)));
+    if ((d[0] & 0xffffff00u) != 0xffffff00u) {
+      s += " of " + std::to_string(d[1]) + " " + std::string(name(static_cast<dtype>((d[0] >> 8) & 0xff))) + " (" +
+           std::to_string(d[0] >> 32) + "-byte elements), operator " + std::string(name(static_cast<op_kind>((d[0] >> 16) & 0xff)));
+      if (d[2]) s += ", root " + std::to_string(d[2] - 1);
+    }
+    return s + ", its inter-host call " + std::to_string(d[3]);
+  }
+  [[noreturn]] void fail_mismatch(int host, const braid::detail::call_description& theirs) {
+    const host_layout& L = hc_.layout;
+    const std::string m = "mismatched calls across hosts: rank " + std::to_string(L.rank) + " (host " + std::to_string(L.host) + ") called " +
+                          describe(what_desc_) + "; host " + std::to_string(host) + "'s rank of its inter-host step called " +
+                          describe(theirs) + (theirs == what_desc_ ? " (the same call: an earlier call differed)" : "");
+    local_.publish_failure(errc::mismatch, m);
+    raise(errc::mismatch, m, ctx());
   }
 
   // A committed MPI type of `bytes` contiguous bytes (one per element size, kept until destruction).
@@ -246,8 +348,18 @@ private:
   }
 
   // Across the members of `comm` (H of them, this one is `me`): data[0, n) becomes the reduction, in
-  // member order, of every member's data (two-shot: piece j is reduced by member j, then gathered).
+  // member order, of every member's data. Up to inline_bytes: every member reduces all of it from the
+  // check's blocks (one exchange); above: two-shot, piece j reduced by member j, then gathered. Each
+  // element is reduced over the same operands in the same order either way (the same bits).
   template <class T, class Op> void cross_all_reduce(T* data, std::size_t n, MPI_Comm comm, int H, int me, const Op& op) {
+    if (n * sizeof(T) <= inline_bytes) {
+      const std::byte* all = exchange(data, n * sizeof(T));
+      std::vector<const T*> src(static_cast<std::size_t>(H));
+      for (std::size_t j = 0; j < src.size(); ++j) src[j] = payload_of<T>(all, j);
+      reduce_n<T>(src.data(), H, data, nullptr, n, op, true, hc_.layout.size);
+      return;
+    }
+    (void)exchange(nullptr, 0);
     std::vector<int> cnt(static_cast<std::size_t>(H)), off(static_cast<std::size_t>(H)), rc(static_cast<std::size_t>(H)), ro(static_cast<std::size_t>(H));
     for (int j = 0, o = 0; j < H; ++j) {
       cnt[static_cast<std::size_t>(j)] = static_cast<int>(n / static_cast<std::size_t>(H) + (static_cast<std::size_t>(j) < n % static_cast<std::size_t>(H)));
@@ -321,6 +433,14 @@ private:
           std::memcpy(static_cast<void*>(packed + (g * H + h) * rc), in + static_cast<std::size_t>(L.members[h][g]) * rc, rc * sizeof(T));
       T* group = packed + l * H * rc;
       local_.reduce_scatter(packed, group, H * rc, part);
+      if (H * rc * sizeof(T) <= inline_bytes) { // member h's block for this member, from the check's blocks
+        const std::byte* all = exchange(group, H * rc * sizeof(T));
+        std::vector<const T*> src(H);
+        for (std::size_t h = 0; h < H; ++h) src[h] = payload_of<T>(all, h) + static_cast<std::size_t>(L.host) * rc;
+        reduce_n<T>(src.data(), L.hosts, out, nullptr, rc, op, true, L.size);
+        return;
+      }
+      (void)exchange(nullptr, 0);
       T* pieces = staging<T>(H * rc);
       BRAID_MPI_CHECK_CTX(MPI_Alltoall(group, static_cast<int>(rc), t, pieces, static_cast<int>(rc), t, hc_.cross.get()), ctx());
       reduce_pieces(pieces, L.hosts, rc, out, op);
@@ -345,8 +465,16 @@ private:
         rcn[h] = mine;
         ro[h] = static_cast<int>(h) * mine;
       }
-      BRAID_MPI_CHECK_CTX(MPI_Alltoallv(send, sc.data(), so.data(), t, recv, rcn.data(), ro.data(), t, hc_.cross.get()), ctx());
-      reduce_pieces(recv, L.hosts, static_cast<std::size_t>(mine), host_result, op);
+      if (N * rc * sizeof(T) <= inline_bytes) {
+        const std::byte* all = exchange(send, N * rc * sizeof(T));
+        std::vector<const T*> src(H);
+        for (std::size_t h = 0; h < H; ++h) src[h] = payload_of<T>(all, h) + so[static_cast<std::size_t>(L.host)];
+        reduce_n<T>(src.data(), L.hosts, host_result, nullptr, static_cast<std::size_t>(mine), op, true, L.size);
+      } else {
+        (void)exchange(nullptr, 0);
+        BRAID_MPI_CHECK_CTX(MPI_Alltoallv(send, sc.data(), so.data(), t, recv, rcn.data(), ro.data(), t, hc_.cross.get()), ctx());
+        reduce_pieces(recv, L.hosts, static_cast<std::size_t>(mine), host_result, op);
+      }
     }
     const std::size_t hn = static_cast<std::size_t>(L.local_size) * rc;
     local_.broadcast(host_result, host_result, hn, 0);
@@ -362,7 +490,13 @@ private:
     if (L.uniform) {
       const std::size_t n = static_cast<std::size_t>(L.local_size), l = static_cast<std::size_t>(L.local_rank);
       T* buf = scratch<T>(N * sc); // group g = blocks of ranks (0, g), ..., (H-1, g)
-      BRAID_MPI_CHECK_CTX(MPI_Allgather(in, static_cast<int>(sc), t, buf + l * H * sc, static_cast<int>(sc), t, hc_.cross.get()), ctx());
+      if (sc * sizeof(T) <= inline_bytes) {
+        const std::byte* all = exchange(in, sc * sizeof(T));
+        for (std::size_t h = 0; h < H; ++h) std::memcpy(static_cast<void*>(buf + (l * H + h) * sc), payload_of<T>(all, h), sc * sizeof(T));
+      } else {
+        (void)exchange(nullptr, 0);
+        BRAID_MPI_CHECK_CTX(MPI_Allgather(in, static_cast<int>(sc), t, buf + l * H * sc, static_cast<int>(sc), t, hc_.cross.get()), ctx());
+      }
       local_.all_gather(buf + l * H * sc, buf, H * sc);
       for (std::size_t g = 0; g < n; ++g)
         for (std::size_t h = 0; h < H; ++h)
@@ -380,7 +514,14 @@ private:
         off[h] = static_cast<int>(o);
         o += static_cast<std::size_t>(cnt[h]);
       }
-      BRAID_MPI_CHECK_CTX(MPI_Allgatherv(buf, static_cast<int>(hn), t, all, cnt.data(), off.data(), t, hc_.cross.get()), ctx());
+      if (N * sc * sizeof(T) <= inline_bytes) { // every host's blocks fit (N >= any host's size)
+        const std::byte* x = exchange(buf, hn * sizeof(T));
+        for (std::size_t h = 0; h < H; ++h)
+          std::memcpy(static_cast<void*>(all + off[h]), payload_of<T>(x, h), static_cast<std::size_t>(cnt[h]) * sizeof(T));
+      } else {
+        (void)exchange(nullptr, 0);
+        BRAID_MPI_CHECK_CTX(MPI_Allgatherv(buf, static_cast<int>(hn), t, all, cnt.data(), off.data(), t, hc_.cross.get()), ctx());
+      }
     }
     local_.broadcast(all, all, N * sc, 0);
     for (std::size_t h = 0, o = 0; h < H; ++h)
@@ -399,10 +540,17 @@ private:
     const int c = static_cast<int>(count);
     if (L.uniform) {
       if (L.rank == root && in != out) std::memcpy(static_cast<void*>(out), in, count * sizeof(T));
-      if (L.local_rank == rl) BRAID_MPI_CHECK_CTX(MPI_Bcast(out, c, t, rh, hc_.cross.get()), ctx());
+      // Every rank checks; the members of the root's local rank carry the data, inline when it fits.
+      const bool carries = L.local_rank == rl, fits = count * sizeof(T) <= inline_bytes;
+      const std::byte* all = exchange(out, carries && fits && L.host == rh ? count * sizeof(T) : 0);
+      if (carries && fits && L.host != rh) std::memcpy(static_cast<void*>(out), payload_of<T>(all, static_cast<std::size_t>(rh)), count * sizeof(T));
+      if (carries && !fits) BRAID_MPI_CHECK_CTX(MPI_Bcast(out, c, t, rh, hc_.cross.get()), ctx());
       local_.broadcast(out, out, count, rl);
       return;
     }
+    // The leaders compare before the root's host moves anything: its other ranks leave the call after
+    // this local broadcast, so they must find a mismatch published by then.
+    if (L.local_rank == 0) (void)exchange(nullptr, 0);
     if (L.host == rh) local_.broadcast(in, out, count, rl);
     if (L.local_rank == 0) BRAID_MPI_CHECK_CTX(MPI_Bcast(out, c, t, rh, hc_.cross.get()), ctx());
     if (L.host != rh) local_.broadcast(out, out, count, 0);
@@ -414,6 +562,12 @@ private:
   std::string failure_;
   const char* what_ = nullptr;
   std::uint64_t seq_ = 0;
+  // The inter-host call check (start_check): calls counted, the chained word, the call's description,
+  // whether this call's exchange is still to come, and the exchange's blocks (this member's, then H).
+  std::uint64_t checked_ = 0, word_ = 0;
+  braid::detail::call_description what_desc_{};
+  bool pending_ = false;
+  std::vector<std::uint64_t> xbuf_;
   std::map<std::size_t, MPI_Datatype> types_;
   buffer<std::uint64_t> scratch_;
   std::vector<std::uint64_t> staging_;
