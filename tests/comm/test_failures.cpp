@@ -430,6 +430,45 @@ TEST_CASE("failures: a process that dies makes every survivor raise peer_error w
 }
 
 
+// What each of 3 process ranks saw when its alloc (call 2) raised; filled by alloc_after_rank1_goes.
+struct alloc_record {
+  int code[3] = {};
+  int rank[3] = {};
+  int peer[3] = {};
+  int sys_errno[3] = {};
+  std::uint64_t seq[3] = {};
+  char collective[3][16] = {};
+  char what[3][512] = {};
+};
+
+// 3 process ranks meet at a barrier (call 1); then rank 1 leaves (_exit(3), after close() if `close`),
+// and ranks 0 and 2 call alloc, recording in `rec` the error it raised. Returns the exit statuses.
+std::vector<int> alloc_after_rank1_goes(alloc_record* rec, bool close) {
+  return braid::testing::fork_ranks(3, [&](int rank, const braid::unique_id& id) {
+    communicator c = communicator::join(id, rank, 3, with_timeout(5s));
+    c.barrier(); // call 1
+    if (rank == 1) {
+      if (close) c.close();
+      ::_exit(3);
+    }
+    try {
+      auto b = c.alloc<float>(1 << 16); // call 2
+      (void)b;
+    } catch (const braid::error& e) {
+      const auto r = static_cast<std::size_t>(rank);
+      rec->code[r] = static_cast<int>(e.code());
+      rec->rank[r] = e.rank();
+      rec->peer[r] = e.peer();
+      rec->sys_errno[r] = e.sys_errno();
+      rec->seq[r] = e.sequence();
+      std::snprintf(rec->collective[r], sizeof rec->collective[r], "%.*s", static_cast<int>(e.collective().size()),
+                    e.collective().data());
+      std::snprintf(rec->what[r], sizeof rec->what[r], "%s", e.what());
+    }
+    return 0;
+  }, 60s);
+}
+
 // Issue 18: a peer that died before alloc. Over the sockets alloc uses (a star around rank 0), a dead
 // peer shows up as end of file, ECONNRESET or EPIPE, depending on what was unread when its process
 // went, and only on the socket to it: rank 2 reads from rank 0 alone, and sees rank 0's end go when
@@ -439,38 +478,10 @@ TEST_CASE("failures: a process that dies makes every survivor raise peer_error w
 // rank 0 published its failure, and alloc's entry check refuses it with usage_error quoting rank 0's
 // error (api.md, entry check): accepted too, and that quote must name rank 1 as the rank that died.
 TEST_CASE("failures: a process that dies before alloc: each survivor raises peer_error naming the dead rank") {
-  struct alloc_record {
-    int code[3] = {};
-    int rank[3] = {};
-    int peer[3] = {};
-    int sys_errno[3] = {};
-    std::uint64_t seq[3] = {};
-    char collective[3][16] = {};
-    char what[3][512] = {};
-  };
   for (int trial = 0; trial < 5; ++trial) {
     INFO("trial " << trial);
     alloc_record* rec = shared_object<alloc_record>();
-    const auto status = braid::testing::fork_ranks(3, [&](int rank, const braid::unique_id& id) {
-      communicator c = communicator::join(id, rank, 3, with_timeout(5s));
-      c.barrier(); // call 1
-      if (rank == 1) ::_exit(3);
-      try {
-        auto b = c.alloc<float>(1 << 16); // call 2
-        (void)b;
-      } catch (const braid::error& e) {
-        const auto r = static_cast<std::size_t>(rank);
-        rec->code[r] = static_cast<int>(e.code());
-        rec->rank[r] = e.rank();
-        rec->peer[r] = e.peer();
-        rec->sys_errno[r] = e.sys_errno();
-        rec->seq[r] = e.sequence();
-        std::snprintf(rec->collective[r], sizeof rec->collective[r], "%.*s", static_cast<int>(e.collective().size()),
-                      e.collective().data());
-        std::snprintf(rec->what[r], sizeof rec->what[r], "%s", e.what());
-      }
-      return 0;
-    }, 60s);
+    const auto status = alloc_after_rank1_goes(rec, false);
     CHECK(status[1] == 3);
     for (int r : {0, 2}) {
       const auto ur = static_cast<std::size_t>(r);
@@ -501,32 +512,10 @@ TEST_CASE("failures: a process that dies before alloc: each survivor raises peer
 // its communicator); rank 2 raises rank 0's published failure (peer_error naming rank 0, quoting it) or,
 // entering after it was published, usage_error quoting it.
 TEST_CASE("failures: a process that closes its communicator before alloc is not reported as dead") {
-  struct alloc_record {
-    int code[3] = {};
-    int peer[3] = {};
-    char what[3][512] = {};
-  };
   for (int trial = 0; trial < 3; ++trial) {
     INFO("trial " << trial);
     alloc_record* rec = shared_object<alloc_record>();
-    const auto status = braid::testing::fork_ranks(3, [&](int rank, const braid::unique_id& id) {
-      communicator c = communicator::join(id, rank, 3, with_timeout(5s));
-      c.barrier(); // call 1
-      if (rank == 1) {
-        c.close();
-        ::_exit(3);
-      }
-      try {
-        auto b = c.alloc<float>(1 << 16); // call 2
-        (void)b;
-      } catch (const braid::error& e) {
-        const auto r = static_cast<std::size_t>(rank);
-        rec->code[r] = static_cast<int>(e.code());
-        rec->peer[r] = e.peer();
-        std::snprintf(rec->what[r], sizeof rec->what[r], "%s", e.what());
-      }
-      return 0;
-    }, 60s);
+    const auto status = alloc_after_rank1_goes(rec, true);
     CHECK(status[1] == 3);
     for (int r : {0, 2}) {
       const auto ur = static_cast<std::size_t>(r);

@@ -472,14 +472,11 @@ private:
       if (now >= until) break;
       // Sleep until a peer's process ends (its pidfd becomes readable) or 1 ms passes.
       std::vector<pollfd> fds;
-      nfds_t nfds = 0; // counted, not cast: nfds_t is size_t on Linux, not everywhere
       for (int k = 0; k < n; ++k)
-        if (k != r && cx.peer_pidfd[static_cast<std::size_t>(k)] >= 0 && !cx.peer_gone(k)) {
+        if (k != r && cx.peer_pidfd[static_cast<std::size_t>(k)] >= 0 && !cx.peer_gone(k))
           fds.push_back(pollfd{cx.peer_pidfd[static_cast<std::size_t>(k)], POLLIN, 0});
-          ++nfds;
-        }
-      if (nfds == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      else (void)::poll(fds.data(), nfds, 1);
+      if (fds.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      else (void)::poll(fds.data(), fds.size(), 1); // nfds_t is size_t on Linux (braid's only host OS)
     }
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(grace).count();
     raise(errc::protocol, e.message() + "; rank " + std::to_string(q) + " may only have relayed another rank's failure: no rank " +

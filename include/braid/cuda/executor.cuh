@@ -105,6 +105,7 @@ BRAID_KERNEL_BOUNDED(512) void collective_kernel(launch_args a, Op op) {
   const int local = static_cast<int>(gpu::block_index() / a.blocks_per_rank);
   const unsigned block = gpu::block_index() % a.blocks_per_rank;
   const rank_call& me = a.calls[local];
+  const call_id my_call{static_cast<int>(a.coll), me.seq}; // named only by a failure record
   const int n = a.nranks, r = me.rank;
   const device_rank* ranks = a.ranks;
   if (thread == 0) {
@@ -113,7 +114,7 @@ BRAID_KERNEL_BOUNDED(512) void collective_kernel(launch_args a, Op op) {
       // Another launch of this group is running on this GPU: two calls overlap (a graph replayed on
       // a stream the group's calls are not ordered with). Their rounds would collide: stop the group.
       record_failure(abort_ref{a.abort, a.abort_slot},
-                     device_error{static_cast<unsigned>(errc::invalid_usage), r, -1, -3, 0, call_id{static_cast<int>(a.coll), me.seq}});
+                     device_error{static_cast<unsigned>(errc::invalid_usage), r, -1, -3, 0, my_call});
     }
     // Written by this rank's previous kernel, which ended before this one began (a relaxed atomic load,
     // as the volatile load it replaces: nothing may be cached from before the launch).
@@ -136,7 +137,7 @@ BRAID_KERNEL_BOUNDED(512) void collective_kernel(launch_args a, Op op) {
   auto wait = [&](int q, u64 target, int step) {
     gpu::atomic_ref<int, gpu::scope::device> halt(stop);
     if (!halt.load(gpu::memory_order::relaxed) && !wait_ge(ranks[q].progress, target, abort_ref{a.abort, a.abort_slot}, a.timeout_ns, r, q, step,
-                                                           a.abort_every_ns, call_id{static_cast<int>(a.coll), me.seq}))
+                                                           a.abort_every_ns, my_call))
       halt.store(1, gpu::memory_order::relaxed);
   };
 
@@ -147,7 +148,7 @@ BRAID_KERNEL_BOUNDED(512) void collective_kernel(launch_args a, Op op) {
     if (halt.load(gpu::memory_order::relaxed)) return;
     if (sys_u64(ranks[q].call[round & 3]).load(gpu::memory_order::relaxed) != me.call_word) {
       record_failure(abort_ref{a.abort, a.abort_slot},
-                     device_error{static_cast<unsigned>(errc::mismatch), r, q, step, 0, call_id{static_cast<int>(a.coll), me.seq}});
+                     device_error{static_cast<unsigned>(errc::mismatch), r, q, step, 0, my_call});
       halt.store(1, gpu::memory_order::relaxed);
     }
   };
