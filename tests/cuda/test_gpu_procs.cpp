@@ -43,6 +43,7 @@
 
 #include <braid/cuda/process_layout.hpp>
 
+#include "comm/orders_rule.hpp"
 #include "comm/sweep.hpp"
 #include "launch_procs.hpp"
 #include "support/fork_ranks.hpp"
@@ -300,6 +301,87 @@ TEST_CASE("device path: reference sweep over processes on distinct GPUs, many ro
     o.reduce_blocks = 2;         // blocks per rank of the kernel (the emulator runs every thread)
     o.threads = 64;
     CHECK(run_sweep(n, large_count(), o, "device path, 128 KiB staging", expect_path::device) == 0);
+  }
+}
+
+// docs/guarantees.md's orders for process_communicator, bit for bit: the host path reduces every
+// element in rank order 0, 1, ..., n-1 (direct); the device path runs the one-process kernels'
+// one_shot, two_shot and direct schedules, whose rule (tests/comm/orders_rule.hpp) is rank order too.
+// float sum on values of mixed magnitudes (orders_rule::value): from 3 ranks on, the reversed rank
+// order gives different bits on this data (checked), so a different order could not pass. Both paths
+// with every process on a GPU of its own; a 128 KiB staging so that the large count takes many rounds.
+TEST_CASE("device path: reduction orders of process_communicator (host and device paths) follow docs/guarantees.md") {
+  using braid::algo;
+  namespace ord = orders_rule;
+  const std::size_t count = std::min<std::size_t>(large_count(), 50021);
+  for (int n : sweep_nranks()) {
+    if (n < 3) continue;
+    REQUIRE_MESSAGE(distinct_devices(n), "the device path needs " << n << " ranks on distinct GPUs: set BRAID_GPU_PROCS_DEVICES");
+    // The data tells rank order from its reverse (else the test could not fail).
+    bool differs = false;
+    for (std::uint64_t g = 0; g < count && !differs; ++g)
+      differs = ord::fold(ord::opk::sum, ord::rank_order(n), g) != ord::fold(ord::opk::sum, ord::reversed(ord::rank_order(n)), g);
+    REQUIRE(differs);
+    for (int path : {1, 2}) {
+      struct one { collective coll; algo a; };
+      std::vector<one> calls;
+      if (path == 1) calls = {{collective::all_reduce, algo::direct}, {collective::reduce, algo::direct}, {collective::reduce_scatter, algo::direct}};
+      else
+        calls = {{collective::all_reduce, algo::one_shot}, {collective::all_reduce, algo::two_shot}, {collective::all_reduce, algo::direct},
+                 {collective::reduce, algo::direct}, {collective::reduce_scatter, algo::direct}};
+      const auto st = braid::testing::fork_ranks(n, [&](int r, const braid::unique_id& id) {
+        gp::set_device(device_for(r));
+        gp::comm_options o;
+        o.timeout = 60s;
+        o.path = path;
+        o.staging_bytes = 128 << 10;
+        o.reduce_blocks = 2;
+        o.threads = 64;
+        auto c = gp::connect(braid::communicator::join(id, r, n), device_for(r), o);
+        if (gp::path_of(*c) != path) {
+          std::fprintf(stderr, "rank %d: path %d, asked for %d\n", r, gp::path_of(*c), path);
+          return 3;
+        }
+        const std::size_t un = static_cast<std::size_t>(n);
+        float* din = static_cast<float*>(gp::dev_alloc(count * un * sizeof(float)));
+        float* dout = static_cast<float*>(gp::dev_alloc(count * sizeof(float)));
+        int bad = 0;
+        for (const one& k : calls) {
+          const bool rs = k.coll == collective::reduce_scatter;
+          const std::size_t in_n = rs ? count * un : count;
+          std::vector<float> h(in_n);
+          for (std::size_t i = 0; i < in_n; ++i) h[i] = ord::value(r, i);
+          gp::to_device(din, h.data(), in_n * sizeof(float));
+          gp::dev_fill(dout, 0, count * sizeof(float));
+          braid::gpu_test::call call;
+          call.coll = k.coll;
+          call.algorithm = k.a;
+          call.in = din;
+          call.out = dout;
+          call.count = count;
+          call.root = n - 1;
+          gp::run(*c, call);
+          if (k.coll == collective::reduce && r != n - 1) continue;
+          std::vector<float> got(count);
+          gp::to_host(got.data(), dout, count * sizeof(float));
+          const std::uint64_t off = rs ? static_cast<std::uint64_t>(r) * count : 0;
+          for (std::size_t i = 0; i < count; ++i) {
+            const float want = ord::fold(ord::opk::sum, ord::rank_order(n), off + i);
+            if (std::memcmp(&got[i], &want, sizeof want) != 0) {
+              std::fprintf(stderr, "rank %d, path %d, %s %s n=%d: element %zu is %a, rank order gives %a\n", r, path,
+                           braid::name(k.coll).data(), braid::name(k.a).data(), n, i, static_cast<double>(got[i]), static_cast<double>(want));
+              ++bad;
+              break;
+            }
+          }
+        }
+        gp::dev_free(din);
+        gp::dev_free(dout);
+        if (r == 0) std::printf("orders, path %d, %d processes: %zu calls of %zu floats checked bit for bit\n", path, n, calls.size(), count);
+        return bad ? 2 : 0;
+      });
+      expect_all_zero(st, path == 1 ? "orders, host path" : "orders, device path");
+    }
   }
 }
 
