@@ -209,7 +209,7 @@ public:
   int device() const { return live().device; }
   // Device memory this communicator allocated (staging, both halves). The host communicator's shared
   // memory is host_memory_bytes().
-  std::size_t memory_bytes() const { return static_cast<std::size_t>(2 * (live().dev ? live().dev->half : live().half)); }
+  std::size_t memory_bytes() const { return 2 * (live().dev ? live().dev->half : live().half); }
   std::size_t host_memory_bytes() const { return live().host.memory_bytes(); }
   // IPC handles of peers' memory this rank holds open (staging and registrations).
   std::size_t open_handles() const { return live().maps.open_handles(); }
@@ -462,7 +462,7 @@ private:
     int fd = -1;
     if (r == 0) {
       std::random_device rd;
-      std::snprintf(name, sizeof name, "/braid-cuda-%d-%08x%08x", static_cast<int>(::getpid()), rd(), rd());
+      std::snprintf(name, sizeof name, "/braid-cuda-%ld-%08x%08x", static_cast<long>(::getpid()), rd(), rd());
       fd = ::shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
       if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(page)) != 0) {
         const int err = errno;

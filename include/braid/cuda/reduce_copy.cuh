@@ -75,7 +75,10 @@ BRAID_HD unsigned common_width(std::uintptr_t diff) {
 }
 
 // Pack k + u * n of a thread's iteration at k, or k itself when that is past the end.
-BRAID_DEVICE u64 clamp(u64 k, int u, u64 n, u64 end) { return k + u * n < end ? k + u * n : k; }
+BRAID_DEVICE u64 clamp(u64 k, int u, u64 n, u64 end) {
+  const u64 j = k + static_cast<u64>(u) * n;
+  return j < end ? j : k;
+}
 
 // ---- copy: bytes, any element type ------------------------------------------------------------------
 
@@ -85,15 +88,15 @@ BRAID_DEVICE u64 clamp(u64 k, int u, u64 n, u64 end) { return k + u * n < end ? 
 template <int W, int U>
 BRAID_DEVICE void copy_words(const unsigned char* s, unsigned char* d, unsigned char* d2, u64 nwords, u64 tid, u64 n) {
   BRAID_NO_UNROLL
-  for (u64 k = tid; k < nwords; k += U * n) {
-    gpu::bytes<W> v[U];
+  for (u64 k = tid; k < nwords; k += static_cast<u64>(U) * n) {
+    gpu::bytes<W> v[static_cast<std::size_t>(U)];
     BRAID_UNROLL
     for (int u = 0; u < U; ++u) v[u] = gpu::load_global<W>(s + clamp(k, u, n, nwords) * W);
     BRAID_UNROLL
     for (int u = 0; u < U; ++u)
-      if (k + u * n < nwords) {
-        gpu::store_global<W>(d + (k + u * n) * W, v[u]);
-        if (d2) gpu::store_global<W>(d2 + (k + u * n) * W, v[u]);
+      if (const u64 j = k + static_cast<u64>(u) * n; j < nwords) {
+        gpu::store_global<W>(d + j * W, v[u]);
+        if (d2) gpu::store_global<W>(d2 + j * W, v[u]);
       }
   }
 }
@@ -169,28 +172,29 @@ BRAID_DEVICE void accumulate(A (&acc)[E], const T (&x)[E], const Op& op) {
 // keeps it in 4 registers a pack whatever the element size; otherwise it is kept in A.
 template <int U, int E, class T, class Op>
 BRAID_DEVICE void reduce_packs(const T* s0, const T* s1, const reduce_args<T, Op>& a, u64 npacks, u64 tid, u64 n) {
+  constexpr std::size_t nu = static_cast<std::size_t>(U), ne = static_cast<std::size_t>(E); // array bounds
   using A = accumulator_t<T, Op>;
-  using P = pack_io<T, E>;
+  using P = pack_io<T, ne>;
   using R = typename P::type;
   constexpr bool packed = std::is_same_v<A, T>;
   const Op& op = a.op;
   BRAID_NO_UNROLL
-  for (u64 k = tid; k < npacks; k += U * n) {
-    R x[U], y[U];
+  for (u64 k = tid; k < npacks; k += static_cast<u64>(U) * n) {
+    R x[nu], y[nu];
     BRAID_UNROLL
     for (int u = 0; u < U; ++u) x[u] = P::load(s0 + clamp(k, u, n, npacks) * E);
     // s1 is s0 for one source (a finalisation only): loaded, not reduced; no branch between the batches
     BRAID_UNROLL
     for (int u = 0; u < U; ++u) y[u] = P::load(s1 + clamp(k, u, n, npacks) * E);
     // acc: x itself (packed), or the elements of x in A
-    A acc[packed ? 1 : U][packed ? 1 : E]; // unused when packed
+    A acc[packed ? 1 : nu][packed ? 1 : ne]; // unused when packed
     BRAID_UNROLL
     for (int u = 0; u < U; ++u) {
-      T v[E];
+      T v[ne];
       P::unpack(x[u], v);
       if constexpr (packed) {
         if (a.ns > 1) {
-          T w[E];
+          T w[ne];
           P::unpack(y[u], w);
           accumulate(v, w, op);
           x[u] = P::pack(v);
@@ -210,13 +214,13 @@ BRAID_DEVICE void reduce_packs(const T* s0, const T* s1, const reduce_args<T, Op
     // time: pairing them spilled registers in the collective kernel, and in reduce_kernel ptxas then
     // cut the first two sources' loads in flight from 8 to 4 (measured with the static checks). In
     // source order either way.
-    auto fold = [&](const R (&in)[U]) {
+    auto fold = [&](const R (&in)[nu]) {
       BRAID_UNROLL
       for (int u = 0; u < U; ++u) {
-        T w[E];
+        T w[ne];
         P::unpack(in[u], w);
         if constexpr (packed) {
-          T v[E];
+          T v[ne];
           P::unpack(x[u], v);
           accumulate(v, w, op);
           x[u] = P::pack(v);
@@ -231,7 +235,7 @@ BRAID_DEVICE void reduce_packs(const T* s0, const T* s1, const reduce_args<T, Op
       for (; s + 1 < a.ns; s += 2) {
         const T* p = a.src[s] + a.off;
         const T* q = a.src[s + 1] + a.off;
-        R z[U];
+        R z[nu];
         BRAID_UNROLL
         for (int u = 0; u < U; ++u) y[u] = P::load(p + clamp(k, u, n, npacks) * E);
         BRAID_UNROLL
@@ -256,8 +260,8 @@ BRAID_DEVICE void reduce_packs(const T* s0, const T* s1, const reduce_args<T, Op
     }
     BRAID_UNROLL
     for (int u = 0; u < U; ++u) {
-      if (k + u * n >= npacks) continue;
-      T v[E];
+      if (k + static_cast<u64>(u) * n >= npacks) continue;
+      T v[ne];
       if constexpr (packed) P::unpack(x[u], v);
       BRAID_UNROLL
       for (int j = 0; j < E; ++j) {
@@ -269,8 +273,8 @@ BRAID_DEVICE void reduce_packs(const T* s0, const T* s1, const reduce_args<T, Op
         v[j] = static_cast<T>(r);
       }
       const R o = P::pack(v);
-      P::store(a.d + (k + u * n) * E, o);
-      if (a.d2) P::store(a.d2 + (k + u * n) * E, o);
+      P::store(a.d + (k + static_cast<u64>(u) * n) * E, o);
+      if (a.d2) P::store(a.d2 + (k + static_cast<u64>(u) * n) * E, o);
     }
   }
 }
