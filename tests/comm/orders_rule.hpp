@@ -25,6 +25,8 @@
 
 #include <braid/braid.hpp>
 
+#include "orders_values.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -36,28 +38,6 @@
 #include <vector>
 
 namespace orders_rule {
-
-using u64 = std::uint64_t;
-
-struct minus {
-  BRAID_HD float operator()(const float& a, const float& b) const { return a - b; }
-};
-
-enum class opk { sum, minus };
-
-float apply(opk k, float a, float b) { return k == opk::sum ? a + b : a - b; }
-
-// Rank r's input element i (i counts over the whole input, all blocks for reduce_scatter).
-float value(int r, u64 i) {
-  u64 h = (static_cast<u64>(r) + 1) * 0x9E3779B97F4A7C15ull ^ (i + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull;
-  h ^= h >> 31;
-  h *= 0x94D049BB133111EBull;
-  h ^= h >> 29;
-  const float m = 1.0f + static_cast<float>(h & 0x7FFFFF) / 8388608.0f; // [1, 2), 24 significant bits
-  const int e = static_cast<int>((h >> 23) % 25) - 12;                   // 2^-12 .. 2^12
-  const float s = (h >> 40) & 1 ? -1.0f : 1.0f;
-  return s * std::ldexp(m, e);
-}
 
 // ---- the documented rule, written out ------------------------------------------------------------
 
@@ -110,29 +90,6 @@ std::uint32_t chunk_of(u64 o, u64 len, std::uint32_t P) {
 std::uint32_t tree_chunks(u64 len) {
   const u64 p = (len * sizeof(float) + 65535) / 65536;
   return static_cast<std::uint32_t>(std::max<u64>(2, std::min<u64>(32, std::max<u64>(1, p))));
-}
-
-// Left fold over ranks in the given order.
-float fold(opk k, const std::vector<int>& order, u64 i) {
-  float acc = value(order[0], i);
-  for (std::size_t j = 1; j < order.size(); ++j) acc = apply(k, acc, value(order[j], i));
-  return acc;
-}
-
-std::vector<int> rank_order(int n) {
-  std::vector<int> o(static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r) o[static_cast<std::size_t>(r)] = r;
-  return o;
-}
-std::vector<int> reversed(std::vector<int> o) {
-  std::reverse(o.begin(), o.end());
-  return o;
-}
-// Ranks start, start+step, start+2*step, ... (mod n), n of them.
-std::vector<int> cyclic(int n, int start, int step) {
-  std::vector<int> o;
-  for (int j = 0; j < n; ++j) o.push_back(((start + j * step) % n + n) % n);
-  return o;
 }
 
 // Heap-shaped binary tree over virtual ids v (children 2v+1, 2v+2); rank_of(v) maps to real ranks.
