@@ -208,6 +208,14 @@ inline void raise_recorded(cuda_detail::device_abort* ab, const error_context& c
   error_context c{first.rank >= 0 ? first.rank : caller.rank,
                   named ? name(static_cast<collective>(first.call.coll)).data() : caller.collective,
                   named ? first.call.seq : caller.seq, first.peer >= 0 ? first.peer : caller.peer};
+  if (first.step == -7) // process_communicator::publish_failure: a layer over the group (braid::mpi) found it
+    raise(static_cast<errc>(first.code),
+          first.code == static_cast<unsigned>(errc::mismatch)
+              ? "mismatched calls across hosts: rank " + std::to_string(first.rank) +
+                    " of this group found that its host's call differs from another host's (its own error names both calls); "
+                    "the group is stopped"
+              : "rank " + std::to_string(first.rank) + " stopped the group: " + std::string(braid::to_string(static_cast<errc>(first.code))),
+          c);
   if (first.code == static_cast<unsigned>(errc::timeout)) {
     // With CUDA_LAUNCH_BLOCKING=1 a launch returns only when its kernel has ended, so a thread that
     // enqueues several ranks never launches the peers its first kernel waits for.

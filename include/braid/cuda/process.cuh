@@ -292,6 +292,25 @@ public:
     }
   }
 
+  // For a layer built over this communicator (braid::mpi::cuda_communicator, whose ranks compare calls
+  // across hosts): publishes a failure found outside this communicator's calls, as abort() does but
+  // with `code`. Ranks waiting in a call on the host raise it (errc::mismatch: mismatch_error carrying
+  // `message`; see braid::communicator::publish_failure); on the device path the group's kernels stop
+  // at their next look at the abort flag and their ranks raise `code` from check() or their next call.
+  // This communicator refuses further calls. The first failure recorded wins.
+  void publish_failure(errc code, const std::string& message) {
+    state& s = live();
+    s.failed.store(true);
+    if (s.cause.empty()) s.cause = message;
+    if (s.dev) // step -7: published by a layer over the communicator (raise_recorded)
+      cuda_detail::record_failure({s.dev->abort.rec(), cuda_detail::abort_host_slot},
+                                  cuda_detail::device_error{static_cast<unsigned>(code), s.host.rank(), -1, -7, 0, cuda_detail::call_id{}});
+    try {
+      s.host.publish_failure(code, message);
+    } catch (...) {
+    }
+  }
+
   // Collective unless the communicator failed: this rank closes its handles to the peers' memory,
   // then waits (host barrier) until every peer has closed its handles to this rank's memory, then frees
   // it. The destructor calls it; errors are swallowed there. Moving onto a live communicator closes it

@@ -6,9 +6,9 @@
 // the same order with the same counts, roots and operators; calls are blocking.
 //
 // Algorithms (H hosts of L ranks each; "uniform" when every host has the same L). Every inter-host step
-// below starts with the call check (exchange(): one MPI_Allgather of 256 bytes per member); where the
-// step's data per member fits in its 208 payload bytes the step is that exchange alone (each member
-// reduces or copies every member's block), the MPI calls named below only above it:
+// below starts with the call check (exchange(), call_check.hpp: one MPI_Allgather of 256 bytes per
+// member); where the step's data per member fits in its 208 payload bytes the step is that exchange
+// alone (each member reduces or copies every member's block), the MPI calls named below only above it:
 //   all_reduce      uniform: reduce_scatter inside each host (slice l of ceil(count/L) to local rank l),
 //                   the slices across hosts among the ranks with the same local rank (MPI_Alltoallv of
 //                   1/H pieces, each piece reduced by its owner, MPI_Allgatherv), all_gather inside
@@ -42,8 +42,8 @@
 //  * Mismatched calls across hosts raise mismatch_error on every rank before any exchange whose size
 //    depends on the call: the first inter-host MPI call of the ranks of the inter-host stage (uniform:
 //    all; otherwise local ranks 0) is always one fixed-size MPI_Allgather carrying a chained call word
-//    (exchange() below), compared before anything else is read, a difference published to the host's
-//    ranks. Up to inline_bytes per member the call's data rides in it and no other MPI call follows.
+//    (exchange(), call_check.hpp), compared before anything else is read, a difference published to
+//    the host's ranks. Up to inline_bytes per member the call's data rides in it and no other MPI call follows.
 //    Inside a host the host communicator's call words compare the intra-host stages.
 //  * Bad arguments raise invalid_argument on this rank before anything moves. Any error during a call
 //    (an MPI error, converted to braid::system_error, or an error of the host communicator) makes this
@@ -69,8 +69,8 @@
 
 #include "../comm/communicator.hpp"
 #include "../core/reduce.hpp"
-#include "../schedule/call_word.hpp"
 #include "bootstrap.hpp"
+#include "call_check.hpp"
 #include "check.hpp"
 
 namespace braid::mpi {
@@ -102,11 +102,7 @@ public:
       failure_ = std::move(o.failure_);
       what_ = o.what_;
       seq_ = std::exchange(o.seq_, 0);
-      checked_ = std::exchange(o.checked_, 0);
-      word_ = std::exchange(o.word_, 0);
-      what_desc_ = o.what_desc_;
-      pending_ = std::exchange(o.pending_, false);
-      xbuf_ = std::move(o.xbuf_);
+      check_ = std::exchange(o.check_, {});
     }
     return *this;
   }
@@ -188,7 +184,7 @@ public:
       // The call check among the ranks that take part in the inter-host stage (every rank of a
       // uniform layout, the local ranks 0 otherwise) is an all-gather: it is the inter-host barrier.
       start_check<collective::barrier, std::uint8_t, braid::detail::copy_only>(1, 0);
-      if (pending_) (void)exchange(nullptr, 0);
+      if (check_.pending()) (void)exchange(nullptr, 0);
       local_.barrier();
     });
   }
@@ -238,7 +234,7 @@ private:
     ++seq_;
     try {
       f();
-      if (pending_) (void)exchange(nullptr, 0); // a checking rank without an exchange: none with these algorithms
+      if (check_.pending()) (void)exchange(nullptr, 0); // a checking rank without an exchange: none with these algorithms
     } catch (const std::exception& e) {
       failed_ = true;
       failure_ = e.what();
@@ -246,73 +242,18 @@ private:
     }
   }
 
-  // ---- the inter-host call check --------------------------------------------------------------------
-  // Every rank that takes part in the inter-host stage (uniform layouts: every rank, on its cross
-  // communicator; otherwise the local ranks 0) folds each call with a non-zero count into a 64-bit call
-  // word, chained over its calls like the host transport's (schedule/call_word.hpp; count-0 calls,
-  // which move nothing, are not counted). Its first inter-host MPI call, whatever the collective, is
-  // exchange(): an MPI_Allgather of one block_bytes block per member, {word, the call's description,
-  // up to inline_bytes of the call's data}. Every member receives the same H blocks and compares every
-  // word with its own before it reads any payload, so all members reach the same verdict; on a
-  // difference each raises mismatch_error (naming both calls) and publishes it to its host
-  // communicator, whose other ranks raise it from their waits. The exchange has the same size and type
-  // whatever the calls, so it is always a matching MPI call, and the exchanges whose sizes depend on
-  // the call (where MPI may truncate, hang or mix messages) start only after it passed. Calls whose
-  // inter-host data fits in inline_bytes per member complete from the exchange itself (no further MPI
-  // call), so for small messages the word costs no round of its own.
-  static constexpr std::size_t block_bytes = 256, header_bytes = 48, inline_bytes = block_bytes - header_bytes;
-
+  // ---- the inter-host call check (mpi/call_check.hpp) -----------------------------------------------
+  // Calls whose inter-host data fits in inline_bytes per member complete from the exchange itself (no
+  // further MPI call), so for small messages the word costs no round of its own. A mismatch is
+  // published to the host communicator, whose other ranks raise it from their waits.
+  static constexpr std::size_t inline_bytes = detail::call_check::inline_bytes;
   template <collective c, class T, class Op> void start_check(std::size_t count, int root) {
-    const host_layout& L = hc_.layout;
-    if (L.hosts == 1 || count == 0 || !(L.uniform || L.local_rank == 0)) return;
-    ++checked_;
-    what_desc_ = braid::detail::describe_call<T, Op>(c, algo::automatic, count, root, checked_);
-    if (c == collective::barrier) what_desc_ = {static_cast<std::uint64_t>(collective::barrier) | std::uint64_t{0xffffff} << 8, 0, 0, checked_};
-    word_ = braid::detail::chain_call_word(word_, what_desc_, 0);
-    pending_ = true;
+    check_.start<c, T, Op>(hc_.layout, count, root);
   }
-
-  // The check, carrying `bytes` (<= inline_bytes) of `payload`; returns the H blocks, member j's at
-  // j * block_bytes, its payload at header_bytes (16-byte aligned). Cross-communicator member j is
-  // host j. A blocking MPI call: MPI's semantics, no deadline (see the file comment).
   const std::byte* exchange(const void* payload, std::size_t bytes) {
-    pending_ = false;
-    const std::size_t H = static_cast<std::size_t>(hc_.layout.hosts), words = block_bytes / sizeof(std::uint64_t);
-    if (xbuf_.size() < (H + 1) * words) xbuf_.resize((H + 1) * words);
-    std::uint64_t* mine = xbuf_.data();
-    mine[0] = word_;
-    for (std::size_t i = 0; i < 4; ++i) mine[1 + i] = what_desc_[i];
-    if (bytes) std::memcpy(reinterpret_cast<std::byte*>(mine) + header_bytes, payload, bytes);
-    std::byte* all = reinterpret_cast<std::byte*>(xbuf_.data() + words);
-    BRAID_MPI_CHECK_CTX(MPI_Allgather(mine, static_cast<int>(block_bytes), MPI_BYTE, all, static_cast<int>(block_bytes), MPI_BYTE, hc_.cross.get()), ctx());
-    for (std::size_t j = 0; j < H; ++j) {
-      std::uint64_t h[5];
-      std::memcpy(h, all + j * block_bytes, sizeof(h));
-      if (BRAID_UNLIKELY(h[0] != word_)) fail_mismatch(static_cast<int>(j), {h[1], h[2], h[3], h[4]});
-    }
-    return all;
+    return check_.exchange(payload, bytes, hc_, ctx(), [&](const std::string& m) { local_.publish_failure(errc::mismatch, m); });
   }
-  template <class T> static const T* payload_of(const std::byte* all, std::size_t j) {
-    return reinterpret_cast<const T*>(all + j * block_bytes + header_bytes);
-  }
-
-  static std::string describe(const braid::detail::call_description& d) {
-    std::string s = std::string(name(static_cast<collective>(d[0] & 0xff)));
-    if ((d[0] & 0xffffff00u) != 0xffffff00u) {
-      s += " of " + std::to_string(d[1]) + " " + std::string(name(static_cast<dtype>((d[0] >> 8) & 0xff))) + " (" +
-           std::to_string(d[0] >> 32) + "-byte elements), operator " + std::string(name(static_cast<op_kind>((d[0] >> 16) & 0xff)));
-      if (d[2]) s += ", root " + std::to_string(d[2] - 1);
-    }
-    return s + ", its inter-host call " + std::to_string(d[3]);
-  }
-  [[noreturn]] void fail_mismatch(int host, const braid::detail::call_description& theirs) {
-    const host_layout& L = hc_.layout;
-    const std::string m = "mismatched calls across hosts: rank " + std::to_string(L.rank) + " (host " + std::to_string(L.host) + ") called " +
-                          describe(what_desc_) + "; host " + std::to_string(host) + "'s rank of its inter-host step called " +
-                          describe(theirs) + (theirs == what_desc_ ? " (the same call: an earlier call differed)" : "");
-    local_.publish_failure(errc::mismatch, m);
-    raise(errc::mismatch, m, ctx());
-  }
+  template <class T> static const T* payload_of(const std::byte* all, std::size_t j) { return detail::call_check::payload_of<T>(all, j); }
 
   // A committed MPI type of `bytes` contiguous bytes (one per element size, kept until destruction).
   MPI_Datatype type_of(std::size_t bytes) {
@@ -562,12 +503,7 @@ private:
   std::string failure_;
   const char* what_ = nullptr;
   std::uint64_t seq_ = 0;
-  // The inter-host call check (start_check): calls counted, the chained word, the call's description,
-  // whether this call's exchange is still to come, and the exchange's blocks (this member's, then H).
-  std::uint64_t checked_ = 0, word_ = 0;
-  braid::detail::call_description what_desc_{};
-  bool pending_ = false;
-  std::vector<std::uint64_t> xbuf_;
+  detail::call_check check_; // the inter-host call check
   std::map<std::size_t, MPI_Datatype> types_;
   buffer<std::uint64_t> scratch_;
   std::vector<std::uint64_t> staging_;

@@ -38,9 +38,20 @@
 //    `stream` (work enqueued before the call must be able to finish), runs MPI and returns with the
 //    last intra-host stage still enqueued; a rank with no part in it only enqueues its stages.
 //    Consecutive calls are ordered whatever their streams (each waits for the previous one's event).
+//  * Mismatched calls across hosts raise mismatch_error before any MPI call whose size depends on the
+//    call: every rank of the inter-host stage (uniform: all; otherwise local ranks 0) makes the call
+//    check of communicator.hpp (call_check.hpp: one fixed-size MPI_Allgather of 256 bytes per member
+//    carrying the chained call word) before its first inter-host MPI call, header only (the data lies
+//    in device memory: one more inter-host round per call). Hosts of equal size: every rank compares
+//    and raises it itself. Otherwise the leader publishes it to the host's CUDA communicator
+//    (process_communicator::publish_failure): its other ranks raise mismatch_error from their host
+//    waits (host path), or their kernels stop and they raise it from check() after synchronising the
+//    stream, or from their next call (device path; also from a check() of the previous call that
+//    runs after the leader published: the group has one error record).
 //  * Bad arguments raise invalid_argument before anything moves; any error during a call (MPI's as
-//    braid::system_error, the CUDA communicator's, a CUDA error) makes the communicator refuse further
-//    calls (usage_error) and aborts the host's CUDA communicator. Waits inside MPI have MPI's semantics (no deadline); waits inside a host have
+//    braid::system_error, the CUDA communicator's, a CUDA error), or raised by check(), makes the
+//    communicator refuse further calls (usage_error); one during a call also aborts the host's CUDA
+//    communicator. Waits inside MPI have MPI's semantics (no deadline); waits inside a host have
 //    braid's deadline (BRAID_TIMEOUT), and on the device path they run inside kernels that wait for a
 //    host peer still in MPI: an inter-host step longer than the deadline is reported as a timeout.
 // Needs <mpi.h> and CUDA (nvcc, or braid's emulated device): not part of <braid/braid.hpp>.
@@ -68,6 +79,7 @@
 
 #include "../cuda.cuh"
 #include "bootstrap.hpp"
+#include "call_check.hpp"
 #include "check.hpp"
 #include "communicator.hpp"
 
@@ -118,6 +130,8 @@ public:
       failure_ = std::move(o.failure_);
       what_ = o.what_;
       seq_ = std::exchange(o.seq_, 0);
+      check_ = std::exchange(o.check_, {});
+      mismatch_everywhere_ = std::exchange(o.mismatch_everywhere_, false);
       types_ = std::exchange(o.types_, {});
       scratch_ = std::move(o.scratch_);
       pieces_dev_ = std::move(o.pieces_dev_);
@@ -229,13 +243,17 @@ public:
     requires reduction_for<Op, T>
   void all_reduce(const T* in, T* out, std::size_t count, Op op, cudaStream_t stream) {
     check<collective::all_reduce>(in, out, count, 0);
-    call("all_reduce", stream, [&] { do_all_reduce(in, out, count, op, stream); });
+    call("all_reduce", stream, [&] {
+      start_check<collective::all_reduce, T, Op>(count, 0);
+      do_all_reduce(in, out, count, op, stream);
+    });
   }
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void reduce(const T* in, T* out, std::size_t count, int root, Op op, cudaStream_t stream) {
     check<collective::reduce>(in, out, count, root);
     call("reduce", stream, [&] {
+      start_check<collective::reduce, T, Op>(count, root);
       if (rank() == root) return do_all_reduce(in, out, count, op, stream);
       T* sink = sink_.get<T>(count, done_.h);
       do_all_reduce(in, sink, count, op, stream);
@@ -245,15 +263,24 @@ public:
     requires reduction_for<Op, T>
   void reduce_scatter(const T* in, T* out, std::size_t recv_count, Op op, cudaStream_t stream) {
     check<collective::reduce_scatter>(in, out, recv_count, 0);
-    call("reduce_scatter", stream, [&] { do_reduce_scatter(in, out, recv_count, op, stream); });
+    call("reduce_scatter", stream, [&] {
+      start_check<collective::reduce_scatter, T, Op>(recv_count, 0);
+      do_reduce_scatter(in, out, recv_count, op, stream);
+    });
   }
   template <element T> void all_gather(const T* in, T* out, std::size_t send_count, cudaStream_t stream) {
     check<collective::all_gather>(in, out, send_count, 0);
-    call("all_gather", stream, [&] { do_all_gather(in, out, send_count, stream); });
+    call("all_gather", stream, [&] {
+      start_check<collective::all_gather, T, braid::detail::copy_only>(send_count, 0);
+      do_all_gather(in, out, send_count, stream);
+    });
   }
   template <element T> void broadcast(const T* in, T* out, std::size_t count, int root, cudaStream_t stream) {
     check<collective::broadcast>(in, out, count, root);
-    call("broadcast", stream, [&] { do_broadcast(in, out, count, root, stream); });
+    call("broadcast", stream, [&] {
+      start_check<collective::broadcast, T, braid::detail::copy_only>(count, root);
+      do_broadcast(in, out, count, root, stream);
+    });
   }
   // span forms (device memory)
   template <element T, class Op = sum<>>
@@ -272,16 +299,30 @@ public:
       raise(errc::invalid_argument, "all_gather: out.size() must equal in.size() * size()", error_context{rank(), "all_gather", 0, -1});
     all_gather(in.data(), out.data(), in.size(), stream);
   }
-  // Raises what a kernel of this host's group recorded (a timeout, an abort), if anything: call it
-  // after synchronising the stream (the device path reports kernel errors no other way).
-  void check() const { (void)lay(), local_.check(); }
+  // Raises what a kernel of this host's group recorded (a timeout, an abort, a mismatch across hosts
+  // that this host's leader published), if anything: call it after synchronising the stream (the
+  // device path reports kernel errors no other way). After it raised, the communicator refuses further
+  // calls (usage_error), as after an error raised by a call.
+  void check() const {
+    (void)lay();
+    try {
+      local_.check();
+    } catch (const std::exception& e) {
+      failed_ = true;
+      failure_ = e.what();
+      throw;
+    }
+  }
 
   // Returns when the stream's earlier work is done on every rank.
   void barrier(cudaStream_t stream) {
     call("barrier", stream, [&] {
       sync(stream);
       local_.barrier(stream);
-      if (lay().local_rank == 0 && lay().hosts > 1) BRAID_MPI_CHECK_CTX(MPI_Barrier(hc_.cross.get()), ctx());
+      // The call check among the ranks that take part in the inter-host stage (every rank of a
+      // uniform layout, the local ranks 0 otherwise) is an all-gather: it is the inter-host barrier.
+      start_check<collective::barrier, std::uint8_t, braid::detail::copy_only>(1, 0);
+      inter_host_check();
       local_.barrier(stream);
     });
   }
@@ -327,19 +368,44 @@ private:
       cuda_detail::device_guard dg(device_);
       BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, done_.h, 0));
       f();
+      inter_host_check(); // a checking rank without an inter-host MPI call: none with these algorithms
       BRAID_CUDA_CHECK(cudaEventRecord(done_.h, stream));
     } catch (const std::exception& e) {
       failed_ = true;
       failure_ = e.what();
       // This host's peers may wait for this rank in the CUDA communicator: release them (they raise
-      // aborted_error); and let the destructor wait for whatever this call left on the stream.
+      // aborted_error, or mismatch_error where the call check published a mismatch first: the first
+      // failure recorded wins), unless every rank found the mismatch itself (inter_host_check); and let
+      // the destructor wait for whatever this call left on the stream.
       try {
-        local_.abort();
+        if (!mismatch_everywhere_) local_.abort();
       } catch (...) {
       }
       (void)cudaEventRecord(done_.h, stream);
       throw;
     }
+  }
+
+  // ---- the inter-host call check (mpi/call_check.hpp), header only ----------------------------------
+  // The call's word is folded in at its start (start_check); inter_host_check() makes the exchange if
+  // it is still to come, and is called before every inter-host MPI call, so the first one of a call is
+  // always the check. It carries no data (the data lies in device memory; the data exchanges follow as
+  // before). Hosts of unequal size: the leader publishes a mismatch to the host's CUDA communicator, so
+  // that its other ranks raise mismatch_error from their host waits, or their kernels stop and they
+  // raise it from check() or their next call. Uniform layouts: every rank compares on its own cross
+  // communicator and all reach the same verdict (a host's ranks make the same calls, so every cross
+  // communicator links the same calls), so nothing is published and the group is not aborted: a host
+  // peer told through the group's record could raise from it (check() at a stream wait) before its own
+  // exchange and leave its cross-communicator peers waiting in MPI.
+  template <collective c, class T, class Op> void start_check(std::size_t count, int root) {
+    check_.start<c, T, Op>(hc_.layout, count, root);
+  }
+  void inter_host_check() {
+    if (!check_.pending()) return;
+    (void)check_.exchange(nullptr, 0, hc_, ctx(), [&](const std::string& m) {
+      if (hc_.layout.uniform) mismatch_everywhere_ = true;
+      else local_.publish_failure(errc::mismatch, m);
+    });
   }
 
   // The host waits for `stream`, then raises what a kernel of the host's group recorded, if anything.
@@ -413,6 +479,7 @@ private:
   // handed it — becomes the reduction in member order of every member's data (two-shot, as
   // communicator.hpp's cross_all_reduce).
   template <class T, class Op> void cross_all_reduce(T* data, std::size_t n, MPI_Comm comm, int H, int me, const Op& op) {
+    inter_host_check();
     std::vector<int> cnt(static_cast<std::size_t>(H)), off(static_cast<std::size_t>(H)), rc(static_cast<std::size_t>(H)), ro(static_cast<std::size_t>(H));
     for (int j = 0, o = 0; j < H; ++j) {
       cnt[static_cast<std::size_t>(j)] = static_cast<int>(n / static_cast<std::size_t>(H) + (static_cast<std::size_t>(j) < n % static_cast<std::size_t>(H)));
@@ -535,6 +602,7 @@ private:
           d2d(packed + (g * H + h) * rc, in + static_cast<std::size_t>(L.members[h][g]) * rc, rc, stream);
       T* group = packed + l * H * rc;
       local_.reduce_scatter(packed, group, H * rc, part, stream);
+      inter_host_check();
       if (direct_) {
         sync(stream);
         BRAID_MPI_CHECK_CTX(MPI_Alltoall(group, static_cast<int>(rc), t, pieces_d, static_cast<int>(rc), t, hc_.cross.get()), ctx());
@@ -557,6 +625,7 @@ private:
     T* host_result = buf + N * rc; // this host's blocks, by local rank
     local_.reduce(in, buf, N * rc, 0, part, stream);
     if (L.local_rank == 0) {
+      inter_host_check();
       std::vector<int> sc(H), so(H), rcn(H), ro(H);
       const int mine = L.host_size[static_cast<std::size_t>(L.host)] * static_cast<int>(rc);
       T* send = direct_ ? pieces_dev_.get<T>(N * rc + H * static_cast<std::size_t>(mine), done_.h) : pinned_.get<T>(N * rc + H * static_cast<std::size_t>(mine), done_.h);
@@ -598,6 +667,7 @@ private:
       const std::size_t n = static_cast<std::size_t>(L.local_size), l = static_cast<std::size_t>(L.local_rank);
       T* buf = scratch_.get<T>(N * sc, done_.h); // group g = blocks of ranks (0, g), ..., (H-1, g)
       T* group = buf + l * H * sc;
+      inter_host_check();
       if (direct_) {
         sync(stream);
         BRAID_MPI_CHECK_CTX(MPI_Allgather(in, static_cast<int>(sc), t, group, static_cast<int>(sc), t, hc_.cross.get()), ctx());
@@ -618,6 +688,7 @@ private:
     T* all = buf + hn; // blocks by (host, local rank)
     local_.all_gather(in, buf, sc, stream);
     if (L.local_rank == 0) {
+      inter_host_check();
       std::vector<int> cnt(H), off(H);
       for (std::size_t h = 0, o = 0; h < H; ++h) {
         cnt[h] = L.host_size[h] * static_cast<int>(sc);
@@ -665,11 +736,15 @@ private:
     if (L.hosts == 1) return local_.broadcast(in, out, count, root, stream);
     const int rh = L.host_of[static_cast<std::size_t>(root)], rl = L.local_of[static_cast<std::size_t>(root)];
     if (L.uniform) {
+      inter_host_check(); // every rank checks; the members of the root's local rank carry the data
       if (L.rank == root) d2d(out, in, count, stream);
       if (L.local_rank == rl) cross_broadcast(out, count, rh, stream);
       local_.broadcast(out, out, count, rl, stream);
       return;
     }
+    // The leaders compare before the root's host moves anything: its other ranks only enqueue their
+    // local broadcast, whose kernels must find a mismatch published rather than the root's data.
+    if (L.local_rank == 0) inter_host_check();
     if (L.host == rh) local_.broadcast(in, out, count, rl, stream);
     if (L.local_rank == 0) cross_broadcast(out, count, rh, stream);
     if (L.host != rh) local_.broadcast(out, out, count, 0, stream);
@@ -681,10 +756,13 @@ private:
   std::size_t max_pitch_ = 0; // cudaDevAttrMaxPitch: 2-D copies with a wider pitch go row by row
   bool direct_ = false;
   std::size_t chunk_bytes_ = 0;
-  bool live_ = false, failed_ = false;
-  std::string failure_;
+  bool live_ = false;
+  mutable bool failed_ = false; // check() marks it too
+  mutable std::string failure_;
   const char* what_ = nullptr;
   std::uint64_t seq_ = 0;
+  detail::call_check check_;         // the inter-host call check
+  bool mismatch_everywhere_ = false; // a uniform layout's check failed: every rank raises it itself
   std::map<std::size_t, MPI_Datatype> types_;
   cuda_mpi_detail::device_scratch scratch_, pieces_dev_, sink_;
   cuda_mpi_detail::pinned_memory pinned_;
