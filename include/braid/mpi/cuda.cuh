@@ -470,8 +470,9 @@ private:
     for (int j = 0; j < H; ++j) src.p[j] = pieces + static_cast<std::size_t>(j) * m;
     const unsigned threads = 256;
     const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>(64, (m + threads - 1) / threads));
+    const cuda::ipc_detail::u64 m64 = m; // the kernel's parameter type (a cast would be useless where it is size_t)
     BRAID_CUDA_CHECK(gpu::launch(&cuda::ipc_detail::reduce_kernel<T, Op>, blocks, threads, 0, side_.h, src, H, dst,
-                                 static_cast<T*>(nullptr), static_cast<cuda::ipc_detail::u64>(m), op, true, hc_.layout.size));
+                                 static_cast<T*>(nullptr), m64, op, true, hc_.layout.size));
     BRAID_CUDA_CHECK(cudaStreamSynchronize(side_.h));
   }
 
