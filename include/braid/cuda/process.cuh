@@ -474,6 +474,11 @@ private:
     }
     BRAID_CUDA_CHECK(cudaMalloc(&d->table.p, sizeof(cuda_detail::device_rank) * views.size()));
     BRAID_CUDA_CHECK(cudaMemcpy(d->table.p, views.data(), sizeof(cuda_detail::device_rank) * views.size(), cudaMemcpyHostToDevice));
+    // From pageable memory cudaMemcpy may return before the copy has landed in device memory (it is
+    // ordered only on the legacy default stream); a kernel on a non-blocking stream could read the
+    // table first. Wait for it (the emulator models that window: without this wait 3 to 4 runs in 100
+    // of mpi-cuda-mismatch-2x2 read the freshly allocated table's 0xDB poison and crashed).
+    BRAID_CUDA_CHECK(cudaDeviceSynchronize());
     // The abort record: rank 0 creates a POSIX shared memory object under a random name and tells
     // the others; the name is removed once every rank has opened it.
     char name[64] = {};
