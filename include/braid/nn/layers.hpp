@@ -8,8 +8,9 @@
 //                      parameter gradients are final for this backward it calls the grad hook (DDP uses
 //                      it to start reducing a bucket while backward goes on), in the reverse of the
 //                      order collect() lists them.
-// Tensors are NCHW (images) or NF (features), row-major. Convolutions and linear layers go through
-// im2col and BLAS gemm; nothing calls a virtual function per element.
+// Tensors are NCHW (images) or NF (features), row-major. Float convolutions run on oneDNN where it was
+// found (BRAID_HAVE_DNNL; onednn.hpp); double ones, and all where it was not, go through im2col and
+// BLAS gemm, as linear layers do; nothing calls a virtual function per element.
 #pragma once
 
 #include <algorithm>
@@ -25,6 +26,9 @@
 
 #include "blas.hpp"
 #include "tensor.hpp"
+#if BRAID_HAVE_DNNL
+#include "onednn.hpp"
+#endif
 
 namespace braid::nn {
 
@@ -113,6 +117,14 @@ public:
     wo_ = (w + 2 * p_ - k_) / s_ + 1;
     detail::require(ho_ > 0 && wo_ > 0, "conv2d: input smaller than the kernel");
     tensor y({n, o_, ho_, wo_}, dtype_of_v<T>);
+#if BRAID_HAVE_DNNL
+    if constexpr (std::is_same_v<T, float>) {
+      if (dnnl_) {
+        dnnl_->forward(x, w_.value, has_bias_ ? &b_.value : nullptr, y);
+        return y;
+      }
+    }
+#endif
     const int ck = c_ * k_ * k_, hw = ho_ * wo_;
     tensor col({ck, hw}, dtype_of_v<T>);
     const T* xp = x.data<T>();
@@ -135,6 +147,11 @@ public:
     const int n = int(x_.dim(0)), h = int(x_.dim(2)), w = int(x_.dim(3));
     const int ck = c_ * k_ * k_, hw = ho_ * wo_;
     detail::require(dy.numel() == std::int64_t(n) * o_ * hw, "conv2d: gradient " + dy.shape().str());
+#if BRAID_HAVE_DNNL
+    if constexpr (std::is_same_v<T, float>) {
+      if (dnnl_) return backward_dnnl(dy);
+    }
+#endif
     tensor dx = tensor::zeros(x_.shape(), dtype_of_v<T>);
     tensor col({ck, hw}, dtype_of_v<T>);
     const T* xp = x_.data<T>();
@@ -166,8 +183,54 @@ public:
     if (has_bias_) params.push_back(&b_);
   }
   parameter& weight() { return w_; }
+  // Whether this float layer runs on oneDNN (the default where braid::nn found it) or on the
+  // im2col + BLAS path (double layers always do). Tests compare the two.
+  bool uses_onednn() const noexcept {
+#if BRAID_HAVE_DNNL
+    return dnnl_ != nullptr;
+#else
+    return false;
+#endif
+  }
+  void use_onednn(bool on) {
+#if BRAID_HAVE_DNNL
+    if constexpr (std::is_same_v<T, float>) {
+      if (on && !dnnl_) dnnl_ = std::make_unique<onednn::conv>(c_, o_, k_, s_, p_, has_bias_);
+      if (!on) dnnl_.reset();
+      return;
+    }
+#endif
+    detail::require(!on, "conv2d: oneDNN serves float convolutions, and only where braid::nn was built with it");
+  }
+  // The oneDNN implementations in use ("" on the BLAS path or before the first forward).
+  std::string onednn_impl() const {
+#if BRAID_HAVE_DNNL
+    if (dnnl_) return dnnl_->impl();
+#endif
+    return "";
+  }
 
 private:
+#if BRAID_HAVE_DNNL
+  tensor backward_dnnl(const tensor& dy) {
+    tensor dx(x_.shape(), dtype_of_v<T>);
+    tensor dw(w_.grad.shape(), dtype_of_v<T>);
+    tensor db = has_bias_ ? tensor(b_.grad.shape(), dtype_of_v<T>) : tensor();
+    dnnl_->backward(x_, w_.value, dy, dx, dw, has_bias_ ? &db : nullptr);
+    if (has_bias_) {
+      T* g = b_.grad.data<T>();
+      const T* d = db.data<T>();
+      for (std::int64_t i = 0; i < db.numel(); ++i) g[i] += d[i];
+      this->grads_ready(b_);
+    }
+    T* g = w_.grad.data<T>();
+    const T* d = dw.data<T>();
+    for (std::int64_t i = 0; i < dw.numel(); ++i) g[i] += d[i];
+    this->grads_ready(w_);
+    x_ = tensor();
+    return dx;
+  }
+#endif
   // The output columns [lo, hi) whose input column ox*s - p + kj lies inside [0, w).
   void valid_range(int kj, int w, int& lo, int& hi) const {
     const int off = kj - p_; // ix = ox*s + off
@@ -228,6 +291,10 @@ private:
   int ho_ = 0, wo_ = 0;
   parameter w_, b_;
   tensor x_;
+#if BRAID_HAVE_DNNL
+  std::unique_ptr<onednn::conv> dnnl_ =
+      std::is_same_v<T, float> ? std::make_unique<onednn::conv>(c_, o_, k_, s_, p_, has_bias_) : nullptr;
+#endif
 };
 
 // Per-channel normalisation over (N, H, W). Training: batch mean and biased variance normalise, and
