@@ -49,6 +49,31 @@ inline int apply_threads() {
 #endif
 }
 
+// The channel block of the layout oneDNN prefers for the trainer's convolutions (16: nChw16c on
+// AVX-512, 8: nChw8c on AVX2), found by asking it for a 16-to-16-channel 3x3 convolution; 0 when it
+// prefers neither. Networks whose channel counts are all multiples of it keep their activations in
+// that layout between layers (resnet()).
+inline int block() {
+  static const int b = [] {
+    using tag = memory::format_tag;
+    const auto f32 = memory::data_type::f32;
+    const memory::desc x({2, 16, 8, 8}, f32, tag::any), w({16, 16, 3, 3}, f32, tag::any);
+    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, x, w,
+                                      x, {1, 1}, {1, 1}, {1, 1});
+    const memory::desc y = dnnl::convolution_forward::primitive_desc(d, cpu()).dst_desc();
+    if (y == memory::desc({2, 16, 8, 8}, f32, tag::nChw16c)) return 16;
+    if (y == memory::desc({2, 16, 8, 8}, f32, tag::nChw8c)) return 8;
+    return 0;
+  }();
+  return b;
+}
+// The activation layout: plain NCHW, or channel-blocked by block() (same element count where the
+// channel count is a multiple of the block).
+inline memory::format_tag layout(bool blocked) {
+  if (!blocked) return memory::format_tag::nchw;
+  return block() == 16 ? memory::format_tag::nChw16c : memory::format_tag::nChw8c;
+}
+
 // A block of memory in oneDNN's layout `md`, backed by a pooled braid tensor.
 inline memory pooled(const memory::desc& md, tensor& keep) {
   keep = tensor({std::int64_t((md.get_size() + sizeof(float) - 1) / sizeof(float))}, dtype::float32);
@@ -85,7 +110,9 @@ struct edge {
 // conv2d's float convolution: y = conv(x, w) + b, dx, dw, db; NCHW/OIHW at the edges.
 class conv {
 public:
-  conv(int c, int o, int k, int s, int p, bool bias) : c_(c), o_(o), k_(k), s_(s), p_(p), bias_(bias) {}
+  // in_blocked/out_blocked: x and dx, y and dy are in layout(true) instead of NCHW.
+  conv(int c, int o, int k, int s, int p, bool bias, bool in_blocked = false, bool out_blocked = false)
+      : c_(c), o_(o), k_(k), s_(s), p_(p), bias_(bias), in_(layout(in_blocked)), out_(layout(out_blocked)) {}
 
   // y (NCHW [n, o, ho, wo], allocated by the caller) from x (NCHW [n, c, h, w]).
   void forward(const tensor& x, const tensor& w, const tensor* b, tensor& y) {
@@ -146,7 +173,7 @@ private:
     const auto f32 = memory::data_type::f32;
     const std::int64_t ho = (x.dim(2) + 2 * p_ - k_) / s_ + 1, wo = (x.dim(3) + 2 * p_ - k_) / s_ + 1;
     const memory::dims wd{o_, c_, k_, k_}, yd{x.dim(0), o_, ho, wo}, st{s_, s_}, pad{p_, p_};
-    const memory::desc xu(xd, f32, tag::nchw), wu(wd, f32, tag::oihw), yu(yd, f32, tag::nchw);
+    const memory::desc xu(xd, f32, in_), wu(wd, f32, tag::oihw), yu(yd, f32, out_);
     const memory::desc xa(xd, f32, tag::any), wa(wd, f32, tag::any), ya(yd, f32, tag::any);
     const auto alg = dnnl::algorithm::convolution_direct;
     auto fd = bias_ ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, xa, wa, bias_md(), ya,
@@ -176,6 +203,7 @@ private:
 
   int c_, o_, k_, s_, p_;
   bool bias_;
+  memory::format_tag in_, out_;
   memory::dims xdims_;
   int nthr_ = -1;
   dnnl::stream strm_{cpu()};
@@ -189,6 +217,82 @@ private:
   bool src_bw_same_ = false, dyd_same_ = false;
   memory src_fwd_;
   tensor src_keep_, wkeep_;
+};
+
+// batchnorm2d's float normalisation, on NCHW data or in layout(true) (blocked: a JIT kernel, several
+// times faster than oneDNN's and braid's NCHW loops; measured in docs/nn.md): training mode returns the batch mean and biased variance (the
+// caller moves the running statistics), eval mode normalises with the given statistics.
+class bnorm {
+public:
+  bnorm(int c, double eps, bool blocked = false) : c_(c), eps_(float(eps)), tag_(layout(blocked)) {}
+
+  // y from x; mean and var: in training written (batch statistics), in eval read (running ones).
+  void forward(const tensor& x, const tensor& gamma, const tensor& beta, bool training, tensor& mean, tensor& var,
+               tensor& y) {
+    prepare(x, training);
+    const memory::desc s = stat_md();
+    fwd_->execute(strm_, {{DNNL_ARG_SRC, memory(data_, cpu(), x.raw())},
+                          {DNNL_ARG_DST, memory(data_, cpu(), y.raw())},
+                          {DNNL_ARG_SCALE, memory(s, cpu(), gamma.raw())},
+                          {DNNL_ARG_SHIFT, memory(s, cpu(), beta.raw())},
+                          {DNNL_ARG_MEAN, memory(s, cpu(), mean.raw())},
+                          {DNNL_ARG_VARIANCE, memory(s, cpu(), var.raw())}});
+    strm_.wait();
+  }
+
+  // dx (written) and dgamma, dbeta (written: the caller adds them) for the forward's x, mean, var.
+  // (oneDNN 2.6 wants the shift among backward's arguments too, though dx does not depend on it.)
+  void backward(const tensor& x, const tensor& gamma, const tensor& beta, const tensor& mean, const tensor& var, const tensor& dy,
+                tensor& dx, tensor& dgamma, tensor& dbeta) {
+    apply_threads();
+    const memory::desc s = stat_md();
+    bwd_->execute(strm_, {{DNNL_ARG_SRC, memory(data_, cpu(), x.raw())},
+                          {DNNL_ARG_DIFF_DST, memory(data_, cpu(), dy.raw())},
+                          {DNNL_ARG_DIFF_SRC, memory(data_, cpu(), dx.raw())},
+                          {DNNL_ARG_SCALE, memory(s, cpu(), gamma.raw())},
+                          {DNNL_ARG_SHIFT, memory(s, cpu(), beta.raw())},
+                          {DNNL_ARG_MEAN, memory(s, cpu(), mean.raw())},
+                          {DNNL_ARG_VARIANCE, memory(s, cpu(), var.raw())},
+                          {DNNL_ARG_DIFF_SCALE, memory(s, cpu(), dgamma.raw())},
+                          {DNNL_ARG_DIFF_SHIFT, memory(s, cpu(), dbeta.raw())}});
+    strm_.wait();
+  }
+
+  std::string impl() const { return fwd_ ? std::string(fwd_pd_.impl_info_str()) + " / " + bwd_pd_.impl_info_str() : ""; }
+
+private:
+  memory::desc stat_md() const { return memory::desc({c_}, memory::data_type::f32, memory::format_tag::x); }
+  void prepare(const tensor& x, bool training) {
+    const int nthr = apply_threads();
+    const memory::dims xd{x.dim(0), x.dim(1), x.dim(2), x.dim(3)};
+    if (fwd_ && xd == xdims_ && nthr == nthr_ && training == training_) return;
+    xdims_ = xd;
+    nthr_ = nthr;
+    training_ = training;
+    data_ = memory::desc(xd, memory::data_type::f32, tag_);
+    using nf = dnnl::normalization_flags;
+    nf flags = nf::use_scale | nf::use_shift;
+    if (!training) flags = flags | nf::use_global_stats;
+    dnnl::batch_normalization_forward::desc fd(dnnl::prop_kind::forward_training, data_, eps_, flags);
+    fwd_pd_ = dnnl::batch_normalization_forward::primitive_desc(fd, cpu());
+    dnnl::batch_normalization_backward::desc bd(dnnl::prop_kind::backward, data_, data_, eps_, flags);
+    bwd_pd_ = dnnl::batch_normalization_backward::primitive_desc(bd, cpu(), fwd_pd_);
+    fwd_.emplace(fwd_pd_);
+    bwd_.emplace(bwd_pd_);
+  }
+
+  int c_;
+  float eps_;
+  memory::format_tag tag_;
+  memory::dims xdims_;
+  int nthr_ = -1;
+  bool training_ = true;
+  memory::desc data_;
+  dnnl::stream strm_{cpu()};
+  dnnl::batch_normalization_forward::primitive_desc fwd_pd_;
+  dnnl::batch_normalization_backward::primitive_desc bwd_pd_;
+  std::optional<dnnl::batch_normalization_forward> fwd_;
+  std::optional<dnnl::batch_normalization_backward> bwd_;
 };
 
 } // namespace braid::nn::onednn
