@@ -531,7 +531,8 @@ public:
     y_ = tensor(x.shape(), dtype_of_v<T>);
     const T* a = x.data<T>();
     T* b = y_.data<T>();
-    for (std::int64_t i = 0; i < x.numel(); ++i) b[i] = a[i] > T(0) ? a[i] : T(0);
+    const std::int64_t n = x.numel(); // hoisted: re-read through the stores, it kept the loop scalar
+    for (std::int64_t i = 0; i < n; ++i) b[i] = a[i] > T(0) ? a[i] : T(0);
     return y_;
   }
   tensor backward(const tensor& dy) override {
@@ -540,7 +541,11 @@ public:
     const T* y = y_.data<T>();
     const T* d = dy.data<T>();
     T* o = dx.data<T>();
-    for (std::int64_t i = 0; i < dy.numel(); ++i) o[i] = y[i] > T(0) ? d[i] : T(0);
+    const std::int64_t n = dy.numel();
+    for (std::int64_t i = 0; i < n; ++i) { // both loads unconditional, so that the loop vectorises
+      const T g = d[i];
+      o[i] = y[i] > T(0) ? g : T(0);
+    }
     y_ = tensor();
     return dx;
   }
@@ -556,7 +561,8 @@ template <class T> tensor add(const tensor& a, const tensor& b) {
   const T* p = a.data<T>();
   const T* q = b.data<T>();
   T* r = y.data<T>();
-  for (std::int64_t i = 0; i < a.numel(); ++i) r[i] = p[i] + q[i];
+  const std::int64_t n = a.numel();
+  for (std::int64_t i = 0; i < n; ++i) r[i] = p[i] + q[i];
   return y;
 }
 
@@ -832,7 +838,8 @@ public:
     tensor ds = shortcut_ ? shortcut_->backward(d) : d;
     T* p = dx.data<T>();
     const T* q = ds.data<T>();
-    for (std::int64_t i = 0; i < dx.numel(); ++i) p[i] += q[i];
+    const std::int64_t n = dx.numel();
+    for (std::int64_t i = 0; i < n; ++i) p[i] += q[i];
     return dx;
   }
   void collect(std::vector<parameter*>& params, std::vector<tensor*>& buffers) override {
