@@ -34,12 +34,10 @@ def main():
                 t = float(row["elapsed_s"]) / 60
                 (train if row["kind"] == "train" else test).append((t, float(row["loss"]), float(row["accuracy"])))
         label = os.path.basename(path)
-        ax_loss.plot([r[0] for r in train], [r[1] for r in train], label=label)
-        line, = ax_acc.plot([r[0] for r in test], [100 * r[2] for r in test], marker="o", label=label)
         if test:
-            t, _, a = test[-1]
-            ax_acc.annotate(f"{100 * a:.2f}% at {t:.1f} min", (t, 100 * a), textcoords="offset points",
-                            xytext=(-110, -14), color=line.get_color())
+            label += f": {100 * test[-1][2]:.2f}% at {test[-1][0]:.1f} min"
+        ax_loss.plot([r[0] for r in train], [r[1] for r in train], label=label)
+        ax_acc.plot([r[0] for r in test], [100 * r[2] for r in test], marker="o", label=label)
     ax_loss.set_xlabel("elapsed (min)")
     ax_loss.set_ylabel("training loss (progress window)")
     ax_loss.set_yscale("log")
