@@ -220,7 +220,7 @@ private:
 };
 
 // batchnorm2d's float normalisation, on NCHW data or in layout(true) (blocked: a JIT kernel, several
-// times faster than oneDNN's and braid's NCHW loops; measured in docs/nn.md): training mode returns the batch mean and biased variance (the
+// times faster than oneDNN's NCHW kernel and braid's loops; docs/nn.md has the figures): training mode returns the batch mean and biased variance (the
 // caller moves the running statistics), eval mode normalises with the given statistics.
 class bnorm {
 public:
