@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
               cfg.optimizer.c_str(), cfg.lr, cfg.wd, cfg.precision.c_str(),
               (long long)std::max<std::int64_t>(1, total_steps * cfg.warmup_epochs_pct / 100), cfg.epochs,
               (long long)steps_per_epoch);
-  std::printf("data: %lld training and %lld test images (%s), mean %.4f std %.4f, augmentation %s; BLAS threads per rank: %d\n",
+  std::printf("data: %lld training and %lld test images (%s), mean %.4f std %.4f, augmentation %s; BLAS and oneDNN threads per rank: %d\n",
               (long long)train.n, (long long)test.n, cfg.data_dir.c_str(), mean, stdev,
               cfg.augment ? "crop (pad 2) + flip" : "off", blas_threads);
   std::fflush(stdout);

@@ -7,7 +7,9 @@
 
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <random>
+#include <string>
 
 using namespace braid::nn;
 
@@ -92,6 +94,177 @@ TEST_CASE("conv2d forward equals a direct convolution") {
             }
         CHECK(y.data<double>()[(o * 3 + oy) * 3 + ox] == doctest::Approx(s).epsilon(1e-12));
       }
+}
+
+// Where braid::nn has oneDNN, conv2d<float> runs on it; the same layer with use_onednn(false) runs the
+// im2col + BLAS path. Both from the same weights and data, twice in a row (the second forward and
+// backward reuse the cached primitives, and the parameter gradients accumulate over both), then on a
+// second input shape (primitives re-created). Geometries: strides 1-3, padding 0-2, kernels 1/3/5,
+// odd and non-square sizes, batch 1, 1 input channel (the first layer of the trainer's ResNet).
+TEST_CASE("conv2d<float> on oneDNN equals the im2col + BLAS path (forward, dx, dw, db)") {
+  struct geo {
+    int n, c, o, k, s, p, h, w;
+    bool bias;
+  };
+  const geo geos[] = {{4, 3, 8, 3, 1, 1, 9, 9, true},    {1, 16, 16, 3, 1, 1, 28, 28, false},
+                      {2, 5, 7, 3, 2, 1, 11, 13, true},  {3, 4, 6, 1, 2, 0, 7, 8, false},
+                      {1, 1, 16, 3, 1, 1, 28, 28, false}, {2, 16, 32, 3, 2, 1, 28, 28, false},
+                      {2, 6, 5, 5, 3, 2, 10, 9, true},   {5, 32, 64, 1, 2, 0, 14, 14, false}};
+  auto to_float = [](const tensor& d) {
+    tensor f(d.shape(), braid::dtype::float32);
+    convert(d, f);
+    return f;
+  };
+  auto close = [](const tensor& a, const tensor& b, const char* what) {
+    REQUIRE(a.shape() == b.shape());
+    double scale = 1;
+    for (std::int64_t i = 0; i < b.numel(); ++i) scale = std::max(scale, double(std::abs(b.data<float>()[i])));
+    double worst = 0;
+    for (std::int64_t i = 0; i < b.numel(); ++i)
+      worst = std::max(worst, double(std::abs(a.data<float>()[i] - b.data<float>()[i])) / scale);
+    INFO(std::string(what) << ": largest difference " << worst << " of the largest magnitude " << scale);
+    CHECK(worst <= 1e-5);
+  };
+  for (const geo& g : geos) {
+    CAPTURE(g.n);
+    CAPTURE(g.c);
+    CAPTURE(g.o);
+    CAPTURE(g.k);
+    CAPTURE(g.s);
+    CAPTURE(g.p);
+    CAPTURE(g.h);
+    CAPTURE(g.w);
+    std::mt19937_64 r1(7), r2(7);
+    conv2d<float> fast(g.c, g.o, g.k, g.s, g.p, g.bias, r1), hand(g.c, g.o, g.k, g.s, g.p, g.bias, r2);
+    hand.use_onednn(false);
+    CHECK(!hand.uses_onednn());
+#if BRAID_HAVE_DNNL
+    CHECK(fast.uses_onednn());
+#else
+    CHECK(!fast.uses_onednn());
+#endif
+    if (g.bias) { // a non-zero bias
+      fast.parameters()[1]->value.fill<float>(0.25f);
+      hand.parameters()[1]->value.fill<float>(0.25f);
+    }
+    std::mt19937_64 rng(11);
+    for (int shape = 0; shape < 2; ++shape) {
+      const int n = shape == 0 ? g.n : g.n + 1, h = shape == 0 ? g.h : g.h + 3, w = shape == 0 ? g.w : g.w + 1;
+      fast.zero_grad();
+      hand.zero_grad();
+      for (int rep = 0; rep < 2; ++rep) {
+        tensor x = to_float(random_tensor({n, g.c, h, w}, rng));
+        tensor ya = fast.forward(x), yb = hand.forward(x);
+        close(ya, yb, "y");
+        tensor dy = to_float(random_tensor(yb.shape(), rng));
+        tensor dxa = fast.backward(dy), dxb = hand.backward(dy);
+        close(dxa, dxb, "dx");
+      }
+      const auto pa = fast.parameters(), pb = hand.parameters();
+      for (std::size_t i = 0; i < pa.size(); ++i) close(pa[i]->grad, pb[i]->grad, pa[i]->name.c_str());
+    }
+    if (fast.uses_onednn()) MESSAGE("oneDNN implementations: " << fast.onednn_impl());
+  }
+  conv2d<double> dbl(2, 3, 3, 1, 1, false, *std::make_unique<std::mt19937_64>(1));
+  CHECK(!dbl.uses_onednn());
+  CHECK_THROWS(dbl.use_onednn(true));
+}
+
+// Likewise batchnorm2d<float>: oneDNN against the hand-written loops, training mode (output, dx,
+// dgamma, dbeta and the running statistics after two steps) and then eval mode, on several shapes.
+TEST_CASE("batchnorm2d<float> on oneDNN equals the hand-written path (both modes)") {
+  const shape_t shapes[] = {{4, 3, 5, 6}, {1, 16, 28, 28}, {7, 5, 3, 1}, {2, 64, 7, 7}};
+  auto to_float = [](const tensor& d) {
+    tensor f(d.shape(), braid::dtype::float32);
+    convert(d, f);
+    return f;
+  };
+  auto close = [](const tensor& a, const tensor& b, const char* what) {
+    REQUIRE(a.shape() == b.shape());
+    double scale = 1, worst = 0;
+    for (std::int64_t i = 0; i < b.numel(); ++i) scale = std::max(scale, double(std::abs(b.data<float>()[i])));
+    for (std::int64_t i = 0; i < b.numel(); ++i)
+      worst = std::max(worst, double(std::abs(a.data<float>()[i] - b.data<float>()[i])) / scale);
+    INFO(std::string(what) << ": largest difference " << worst << " of the largest magnitude " << scale);
+    CHECK(worst <= 2e-5);
+  };
+  std::mt19937_64 rng(13);
+  for (const shape_t& s : shapes) {
+    CAPTURE(s.str());
+    batchnorm2d<float> fast{int(s[1])}, hand{int(s[1])};
+    hand.use_onednn(false);
+    CHECK(!hand.uses_onednn());
+#if BRAID_HAVE_DNNL
+    CHECK(fast.uses_onednn());
+#endif
+    for (int i = 0; i < 2; ++i) { // non-trivial gamma and beta
+      tensor v = to_float(random_tensor({s[1]}, rng));
+      for (std::int64_t c = 0; c < s[1]; ++c) {
+        fast.parameters()[std::size_t(i)]->value.data<float>()[c] = 1.0f + 0.5f * v.data<float>()[c];
+        hand.parameters()[std::size_t(i)]->value.data<float>()[c] = 1.0f + 0.5f * v.data<float>()[c];
+      }
+    }
+    for (bool training : {true, true, false}) {
+      fast.set_training(training);
+      hand.set_training(training);
+      fast.zero_grad();
+      hand.zero_grad();
+      tensor x = to_float(random_tensor(s, rng, 3.0));
+      for (std::int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] += 1.5f; // a non-zero mean
+      close(fast.forward(x), hand.forward(x), "y");
+      tensor dy = to_float(random_tensor(s, rng));
+      close(fast.backward(dy), hand.backward(dy), "dx");
+      const auto pa = fast.parameters(), pb = hand.parameters();
+      for (std::size_t i = 0; i < pa.size(); ++i) close(pa[i]->grad, pb[i]->grad, pa[i]->name.c_str());
+      close(fast.running_mean(), hand.running_mean(), "running mean");
+      close(fast.running_var(), hand.running_var(), "running var");
+    }
+  }
+  batchnorm2d<double> dbl(2);
+  CHECK(!dbl.uses_onednn());
+  CHECK_THROWS(dbl.use_onednn(true));
+}
+
+// A whole float ResNet (width 16: on AVX-512 its activations stay in oneDNN's nChw16c between the
+// first convolution and the global pooling) against the same network on the hand-written path:
+// logits, dL/dx, every parameter gradient and the BatchNorm running statistics, over two training
+// steps' forward and backward and one in eval mode.
+TEST_CASE("resnet<float> on oneDNN (blocked activations) equals the hand-written network") {
+  std::mt19937_64 r1(21), r2(21), rng(22);
+  auto fast = resnet<float>(1, 10, r1, 1, 16);
+  auto hand = resnet<float>(1, 10, r2, 1, 16, false);
+#if BRAID_HAVE_DNNL
+  MESSAGE("oneDNN channel block: " << onednn::block());
+#endif
+  auto to_float = [](const tensor& d) {
+    tensor f(d.shape(), braid::dtype::float32);
+    convert(d, f);
+    return f;
+  };
+  auto close = [](const tensor& a, const tensor& b, const std::string& what) {
+    REQUIRE(a.shape() == b.shape());
+    double scale = 1e-3, worst = 0;
+    for (std::int64_t i = 0; i < b.numel(); ++i) scale = std::max(scale, double(std::abs(b.data<float>()[i])));
+    for (std::int64_t i = 0; i < b.numel(); ++i)
+      worst = std::max(worst, double(std::abs(a.data<float>()[i] - b.data<float>()[i])) / scale);
+    INFO(what << ": largest difference " << worst << " of the largest magnitude " << scale);
+    CHECK(worst <= 1e-4);
+  };
+  for (bool training : {true, true, false}) {
+    fast->set_training(training);
+    hand->set_training(training);
+    fast->zero_grad();
+    hand->zero_grad();
+    tensor x = to_float(random_tensor({3, 1, 12, 11}, rng));
+    close(fast->forward(x), hand->forward(x), "logits");
+    tensor dy = to_float(random_tensor({3, 10}, rng));
+    close(fast->backward(dy), hand->backward(dy), "dx");
+    const auto pa = fast->parameters(), pb = hand->parameters();
+    REQUIRE(pa.size() == pb.size());
+    for (std::size_t i = 0; i < pa.size(); ++i) close(pa[i]->grad, pb[i]->grad, pa[i]->name + " " + std::to_string(i));
+    const auto ba = fast->buffers(), bb = hand->buffers();
+    for (std::size_t i = 0; i < ba.size(); ++i) close(*ba[i], *bb[i], "buffer " + std::to_string(i));
+  }
 }
 
 TEST_CASE("batchnorm2d gradients in training and eval mode") {

@@ -4,6 +4,8 @@
 
 #include "../core/config.hpp"
 
+#include <atomic>
+
 #include <cblas.h>
 
 namespace braid::nn::blas {
@@ -28,8 +30,19 @@ inline void gemm(bool ta, bool tb, int m, int n, int k, double alpha, const doub
 extern "C" void openblas_set_num_threads(int) __attribute__((weak));
 
 namespace braid::nn::blas {
-// Sets the BLAS's thread count where the library allows it (OpenBLAS); returns whether it could.
+namespace detail {
+// The thread count per rank that set_threads asked for (0: never asked). The oneDNN layers apply it
+// in each calling thread (their OpenMP thread count is a per-thread setting, and ranks are threads).
+inline std::atomic<int>& threads_per_rank() {
+  static std::atomic<int> n{0};
+  return n;
+}
+} // namespace detail
+// Sets the thread count of the CPU layers' libraries: the BLAS's where the library allows it
+// (OpenBLAS, a process-wide setting), and the oneDNN layers' (applied by each rank thread before it
+// runs a oneDNN primitive). Returns whether the BLAS could be set.
 inline bool set_threads(int n) {
+  detail::threads_per_rank().store(n, std::memory_order_relaxed);
   if (&openblas_set_num_threads == nullptr) return false;
   openblas_set_num_threads(n);
   return true;

@@ -8,8 +8,9 @@
 //                      parameter gradients are final for this backward it calls the grad hook (DDP uses
 //                      it to start reducing a bucket while backward goes on), in the reverse of the
 //                      order collect() lists them.
-// Tensors are NCHW (images) or NF (features), row-major. Convolutions and linear layers go through
-// im2col and BLAS gemm; nothing calls a virtual function per element.
+// Tensors are NCHW (images) or NF (features), row-major. Float convolutions run on oneDNN where it was
+// found (BRAID_HAVE_DNNL; onednn.hpp); double ones, and all where it was not, go through im2col and
+// BLAS gemm, as linear layers do; nothing calls a virtual function per element.
 #pragma once
 
 #include <algorithm>
@@ -25,6 +26,9 @@
 
 #include "blas.hpp"
 #include "tensor.hpp"
+#if BRAID_HAVE_DNNL
+#include "onednn.hpp"
+#endif
 
 namespace braid::nn {
 
@@ -113,6 +117,14 @@ public:
     wo_ = (w + 2 * p_ - k_) / s_ + 1;
     detail::require(ho_ > 0 && wo_ > 0, "conv2d: input smaller than the kernel");
     tensor y({n, o_, ho_, wo_}, dtype_of_v<T>);
+#if BRAID_HAVE_DNNL
+    if constexpr (std::is_same_v<T, float>) {
+      if (dnnl_) {
+        dnnl_->forward(x, w_.value, has_bias_ ? &b_.value : nullptr, y);
+        return y;
+      }
+    }
+#endif
     const int ck = c_ * k_ * k_, hw = ho_ * wo_;
     tensor col({ck, hw}, dtype_of_v<T>);
     const T* xp = x.data<T>();
@@ -135,6 +147,11 @@ public:
     const int n = int(x_.dim(0)), h = int(x_.dim(2)), w = int(x_.dim(3));
     const int ck = c_ * k_ * k_, hw = ho_ * wo_;
     detail::require(dy.numel() == std::int64_t(n) * o_ * hw, "conv2d: gradient " + dy.shape().str());
+#if BRAID_HAVE_DNNL
+    if constexpr (std::is_same_v<T, float>) {
+      if (dnnl_) return backward_dnnl(dy);
+    }
+#endif
     tensor dx = tensor::zeros(x_.shape(), dtype_of_v<T>);
     tensor col({ck, hw}, dtype_of_v<T>);
     const T* xp = x_.data<T>();
@@ -166,8 +183,71 @@ public:
     if (has_bias_) params.push_back(&b_);
   }
   parameter& weight() { return w_; }
+  // Whether this float layer runs on oneDNN (the default where braid::nn found it) or on the
+  // im2col + BLAS path (double layers always do). Tests compare the two.
+  bool uses_onednn() const noexcept {
+#if BRAID_HAVE_DNNL
+    return dnnl_ != nullptr;
+#else
+    return false;
+#endif
+  }
+  void use_onednn(bool on) {
+#if BRAID_HAVE_DNNL
+    if constexpr (std::is_same_v<T, float>) {
+      detail::require(on || !blocked_, "conv2d: a layer with blocked activations stays on oneDNN");
+      if (on && !dnnl_) dnnl_ = std::make_unique<onednn::conv>(c_, o_, k_, s_, p_, has_bias_);
+      if (!on) dnnl_.reset();
+      return;
+    }
+#endif
+    detail::require(!on, "conv2d: oneDNN serves float convolutions, and only where braid::nn was built with it");
+  }
+  // oneDNN only: x and dx (in), y and dy (out) in oneDNN's channel-blocked layout
+  // (onednn::layout(true)) instead of NCHW, the shape still [N, C, H, W]. resnet() sets this between
+  // its own layers; the channel counts must be multiples of onednn::block().
+  void set_blocked(bool in, bool out) {
+#if BRAID_HAVE_DNNL
+    if constexpr (std::is_same_v<T, float>) {
+      const int b = onednn::block();
+      detail::require(dnnl_ && b > 0 && (!in || c_ % b == 0) && (!out || o_ % b == 0),
+                      "conv2d: blocked activations need oneDNN and channel counts that are multiples of its block");
+      blocked_ = in || out;
+      dnnl_ = std::make_unique<onednn::conv>(c_, o_, k_, s_, p_, has_bias_, in, out);
+      return;
+    }
+#endif
+    detail::require(!in && !out, "conv2d: blocked activations need oneDNN (float layers)");
+  }
+  // The oneDNN implementations in use ("" on the BLAS path or before the first forward).
+  std::string onednn_impl() const {
+#if BRAID_HAVE_DNNL
+    if (dnnl_) return dnnl_->impl();
+#endif
+    return "";
+  }
 
 private:
+#if BRAID_HAVE_DNNL
+  tensor backward_dnnl(const tensor& dy) {
+    tensor dx(x_.shape(), dtype_of_v<T>);
+    tensor dw(w_.grad.shape(), dtype_of_v<T>);
+    tensor db = has_bias_ ? tensor(b_.grad.shape(), dtype_of_v<T>) : tensor();
+    dnnl_->backward(x_, w_.value, dy, dx, dw, has_bias_ ? &db : nullptr);
+    if (has_bias_) {
+      T* g = b_.grad.data<T>();
+      const T* d = db.data<T>();
+      for (std::int64_t i = 0; i < db.numel(); ++i) g[i] += d[i];
+      this->grads_ready(b_);
+    }
+    T* g = w_.grad.data<T>();
+    const T* d = dw.data<T>();
+    for (std::int64_t i = 0; i < dw.numel(); ++i) g[i] += d[i];
+    this->grads_ready(w_);
+    x_ = tensor();
+    return dx;
+  }
+#endif
   // The output columns [lo, hi) whose input column ox*s - p + kj lies inside [0, w).
   void valid_range(int kj, int w, int& lo, int& hi) const {
     const int off = kj - p_; // ix = ox*s + off
@@ -228,11 +308,17 @@ private:
   int ho_ = 0, wo_ = 0;
   parameter w_, b_;
   tensor x_;
+#if BRAID_HAVE_DNNL
+  bool blocked_ = false;
+  std::unique_ptr<onednn::conv> dnnl_ =
+      std::is_same_v<T, float> ? std::make_unique<onednn::conv>(c_, o_, k_, s_, p_, has_bias_) : nullptr;
+#endif
 };
 
 // Per-channel normalisation over (N, H, W). Training: batch mean and biased variance normalise, and
 // the running statistics move by `momentum` toward the batch mean and the unbiased variance (as
-// PyTorch does). Evaluation: the running statistics normalise and backward is the affine map.
+// PyTorch does). Evaluation: the running statistics normalise and backward is the affine map. Float
+// layers run on oneDNN where braid::nn has it (plain NCHW, statistics in float), double ones by hand.
 template <class T> class batchnorm2d : public module<T> {
 public:
   explicit batchnorm2d(int ch, double momentum = 0.1, double eps = 1e-5) : c_(ch), mom_(momentum), eps_(eps) {
@@ -247,6 +333,33 @@ public:
     detail::require(x.shape().rank() == 4 && x.dim(1) == c_, "batchnorm2d: input " + x.shape().str());
     const std::int64_t n = x.dim(0), hw = x.dim(2) * x.dim(3), m = n * hw;
     tensor y(x.shape(), dtype_of_v<T>);
+#if BRAID_HAVE_DNNL
+    if constexpr (std::is_same_v<T, float>) {
+      if (dnnl_) {
+        x_ = x;
+        if (this->training_) {
+          bmean_ = tensor({c_}, dtype_of_v<T>);
+          bvar_ = tensor({c_}, dtype_of_v<T>);
+        } else {
+          bmean_ = mean_.clone();
+          bvar_ = var_.clone();
+        }
+        dnnl_->forward(x, gamma_.value, beta_.value, this->training_, bmean_, bvar_, y);
+        if (this->training_) {
+          T* rm = mean_.data<T>();
+          T* rv = var_.data<T>();
+          const T* bm = bmean_.data<T>();
+          const T* bv = bvar_.data<T>();
+          for (int c = 0; c < c_; ++c) {
+            const double unbiased = m > 1 ? double(bv[c]) * double(m) / double(m - 1) : double(bv[c]);
+            rm[c] = T((1 - mom_) * double(rm[c]) + mom_ * double(bm[c]));
+            rv[c] = T((1 - mom_) * double(rv[c]) + mom_ * unbiased);
+          }
+        }
+        return y;
+      }
+    }
+#endif
     xhat_ = tensor(x.shape(), dtype_of_v<T>);
     invstd_ = tensor({c_}, dtype_of_v<T>);
     const T* xp = x.data<T>();
@@ -292,6 +405,11 @@ public:
     return y;
   }
   tensor backward(const tensor& dy) override {
+#if BRAID_HAVE_DNNL
+    if constexpr (std::is_same_v<T, float>) {
+      if (dnnl_) return backward_dnnl(dy);
+    }
+#endif
     const shape_t& s = xhat_.shape();
     detail::require(dy.shape() == s, "batchnorm2d: gradient " + dy.shape().str());
     const std::int64_t n = s[0], hw = s[2] * s[3], m = n * hw;
@@ -342,12 +460,69 @@ public:
   }
   tensor& running_mean() { return mean_; }
   tensor& running_var() { return var_; }
+  // Whether this float layer runs on oneDNN (the default where braid::nn found it) or on the
+  // hand-written loops (double layers always do). Tests compare the two.
+  bool uses_onednn() const noexcept {
+#if BRAID_HAVE_DNNL
+    return dnnl_ != nullptr;
+#else
+    return false;
+#endif
+  }
+  void use_onednn(bool on) {
+#if BRAID_HAVE_DNNL
+    if constexpr (std::is_same_v<T, float>) {
+      detail::require(on || !blocked_, "batchnorm2d: a layer with blocked activations stays on oneDNN");
+      if (on && !dnnl_) dnnl_ = std::make_unique<onednn::bnorm>(c_, eps_);
+      if (!on) dnnl_.reset();
+      return;
+    }
+#endif
+    detail::require(!on, "batchnorm2d: oneDNN serves float layers, and only where braid::nn was built with it");
+  }
+  // oneDNN only: x, y, dy and dx in oneDNN's channel-blocked layout (see conv2d::set_blocked).
+  void set_blocked(bool on) {
+#if BRAID_HAVE_DNNL
+    if constexpr (std::is_same_v<T, float>) {
+      const int b = onednn::block();
+      detail::require(dnnl_ && (!on || (b > 0 && c_ % b == 0)),
+                      "batchnorm2d: blocked activations need oneDNN and a channel count that is a multiple of its block");
+      blocked_ = on;
+      dnnl_ = std::make_unique<onednn::bnorm>(c_, eps_, on);
+      return;
+    }
+#endif
+    detail::require(!on, "batchnorm2d: blocked activations need oneDNN (float layers)");
+  }
 
 private:
+#if BRAID_HAVE_DNNL
+  tensor backward_dnnl(const tensor& dy) {
+    detail::require(dy.shape() == x_.shape(), "batchnorm2d: gradient " + dy.shape().str());
+    tensor dx(dy.shape(), dtype_of_v<T>), dg({c_}, dtype_of_v<T>), db({c_}, dtype_of_v<T>);
+    dnnl_->backward(x_, gamma_.value, beta_.value, bmean_, bvar_, dy, dx, dg, db);
+    T* g = gamma_.grad.data<T>();
+    T* b = beta_.grad.data<T>();
+    for (int c = 0; c < c_; ++c) {
+      g[c] += dg.data<T>()[c];
+      b[c] += db.data<T>()[c];
+    }
+    this->grads_ready(beta_);
+    this->grads_ready(gamma_);
+    x_ = tensor();
+    return dx;
+  }
+#endif
   int c_;
   double mom_, eps_;
   parameter gamma_, beta_;
   tensor mean_, var_, xhat_, invstd_;
+#if BRAID_HAVE_DNNL
+  tensor x_, bmean_, bvar_; // the oneDNN path keeps the input and the statistics it normalised with
+  bool blocked_ = false;
+  std::unique_ptr<onednn::bnorm> dnnl_ =
+      std::is_same_v<T, float> ? std::make_unique<onednn::bnorm>(c_, eps_) : nullptr;
+#endif
 };
 
 template <class T> class relu : public module<T> {
@@ -356,7 +531,8 @@ public:
     y_ = tensor(x.shape(), dtype_of_v<T>);
     const T* a = x.data<T>();
     T* b = y_.data<T>();
-    for (std::int64_t i = 0; i < x.numel(); ++i) b[i] = a[i] > T(0) ? a[i] : T(0);
+    const std::int64_t n = x.numel(); // hoisted: re-read through the stores, it kept the loop scalar
+    for (std::int64_t i = 0; i < n; ++i) b[i] = a[i] > T(0) ? a[i] : T(0);
     return y_;
   }
   tensor backward(const tensor& dy) override {
@@ -365,7 +541,11 @@ public:
     const T* y = y_.data<T>();
     const T* d = dy.data<T>();
     T* o = dx.data<T>();
-    for (std::int64_t i = 0; i < dy.numel(); ++i) o[i] = y[i] > T(0) ? d[i] : T(0);
+    const std::int64_t n = dy.numel();
+    for (std::int64_t i = 0; i < n; ++i) { // both loads unconditional, so that the loop vectorises
+      const T g = d[i];
+      o[i] = y[i] > T(0) ? g : T(0);
+    }
     y_ = tensor();
     return dx;
   }
@@ -381,7 +561,8 @@ template <class T> tensor add(const tensor& a, const tensor& b) {
   const T* p = a.data<T>();
   const T* q = b.data<T>();
   T* r = y.data<T>();
-  for (std::int64_t i = 0; i < a.numel(); ++i) r[i] = p[i] + q[i];
+  const std::int64_t n = a.numel();
+  for (std::int64_t i = 0; i < n; ++i) r[i] = p[i] + q[i];
   return y;
 }
 
@@ -460,6 +641,12 @@ template <class T> using avgpool2d = pool2d<T, false>;
 // [N, C, H, W] -> [N, C]: the mean over each channel's H x W.
 template <class T> class global_avgpool : public module<T> {
 public:
+  // b > 0: x and dx are channel-blocked by b (oneDNN's nChw<b>c, with C a multiple of b) instead of
+  // NCHW; y and dy stay [N, C]. resnet() sets this after its blocked layers.
+  void set_block(int b) {
+    detail::require(b >= 0, "global_avgpool: bad block");
+    block_ = b;
+  }
   tensor forward(const tensor& x) override {
     detail::require(x.shape().rank() == 4, "global_avgpool: input " + x.shape().str());
     in_ = x.shape();
@@ -467,6 +654,19 @@ public:
     tensor y({x.dim(0), x.dim(1)}, dtype_of_v<T>);
     const T* xp = x.data<T>();
     T* yp = y.data<T>();
+    if (block_ > 0) {
+      detail::require(x.dim(1) % block_ == 0, "global_avgpool: channels not a multiple of the block");
+      const std::int64_t b = block_;
+      for (std::int64_t g = 0; g < nc / b; ++g) { // g = n * C/b + channel block; its outputs are y[g*b ...]
+        const T* xg = xp + g * hw * b;
+        for (std::int64_t j = 0; j < b; ++j) {
+          T sum = 0;
+          for (std::int64_t i = 0; i < hw; ++i) sum += xg[i * b + j];
+          yp[g * b + j] = sum / T(hw);
+        }
+      }
+      return y;
+    }
     for (std::int64_t p = 0; p < nc; ++p) {
       T s = 0;
       for (std::int64_t j = 0; j < hw; ++j) s += xp[p * hw + j];
@@ -479,6 +679,13 @@ public:
     const std::int64_t nc = in_[0] * in_[1], hw = in_[2] * in_[3];
     const T* d = dy.data<T>();
     T* o = dx.data<T>();
+    if (block_ > 0) {
+      const std::int64_t b = block_;
+      for (std::int64_t g = 0; g < nc / b; ++g)
+        for (std::int64_t i = 0; i < hw; ++i)
+          for (std::int64_t j = 0; j < b; ++j) o[(g * hw + i) * b + j] = d[g * b + j] / T(hw);
+      return dx;
+    }
     for (std::int64_t p = 0; p < nc; ++p) {
       const T g = d[p] / T(hw);
       for (std::int64_t j = 0; j < hw; ++j) o[p * hw + j] = g;
@@ -488,6 +695,7 @@ public:
 
 private:
   shape_t in_;
+  int block_ = 0;
 };
 
 // [N, ...] -> [N, prod(...)]; shares memory.
@@ -591,16 +799,32 @@ private:
 // shortcut is the identity, or a strided 1x1 convolution with BatchNorm when the shape changes.
 template <class T> class basic_block : public module<T> {
 public:
-  basic_block(int in_ch, int out_ch, int stride, std::mt19937_64& rng) {
-    main_.template add<conv2d<T>>(in_ch, out_ch, 3, stride, 1, false, rng);
-    main_.template add<batchnorm2d<T>>(out_ch);
+  // onednn = false: float layers on the hand-written path; blocked: activations in oneDNN's
+  // channel-blocked layout in and out (see conv2d::set_blocked).
+  basic_block(int in_ch, int out_ch, int stride, std::mt19937_64& rng, bool onednn = true, bool blocked = false) {
+    auto setup = [&](auto& layer) -> auto& {
+      if (!onednn) layer.use_onednn(false);
+      return layer;
+    };
+    auto& c1 = setup(main_.template add<conv2d<T>>(in_ch, out_ch, 3, stride, 1, false, rng));
+    auto& b1 = setup(main_.template add<batchnorm2d<T>>(out_ch));
     main_.template add<relu<T>>();
-    main_.template add<conv2d<T>>(out_ch, out_ch, 3, 1, 1, false, rng);
-    main_.template add<batchnorm2d<T>>(out_ch);
+    auto& c2 = setup(main_.template add<conv2d<T>>(out_ch, out_ch, 3, 1, 1, false, rng));
+    auto& b2 = setup(main_.template add<batchnorm2d<T>>(out_ch));
+    if (blocked) {
+      c1.set_blocked(true, true);
+      b1.set_blocked(true);
+      c2.set_blocked(true, true);
+      b2.set_blocked(true);
+    }
     if (stride != 1 || in_ch != out_ch) {
       shortcut_ = std::make_unique<sequential<T>>();
-      shortcut_->template add<conv2d<T>>(in_ch, out_ch, 1, stride, 0, false, rng);
-      shortcut_->template add<batchnorm2d<T>>(out_ch);
+      auto& c3 = setup(shortcut_->template add<conv2d<T>>(in_ch, out_ch, 1, stride, 0, false, rng));
+      auto& b3 = setup(shortcut_->template add<batchnorm2d<T>>(out_ch));
+      if (blocked) {
+        c3.set_blocked(true, true);
+        b3.set_blocked(true);
+      }
     }
   }
   tensor forward(const tensor& x) override {
@@ -614,7 +838,8 @@ public:
     tensor ds = shortcut_ ? shortcut_->backward(d) : d;
     T* p = dx.data<T>();
     const T* q = ds.data<T>();
-    for (std::int64_t i = 0; i < dx.numel(); ++i) p[i] += q[i];
+    const std::int64_t n = dx.numel();
+    for (std::int64_t i = 0; i < n; ++i) p[i] += q[i];
     return dx;
   }
   void collect(std::vector<parameter*>& params, std::vector<tensor*>& buffers) override {
@@ -641,21 +866,44 @@ private:
 // ResNet for 1-channel images (CIFAR-style ResNet-(6n+2)): conv3x3(16)-BN-ReLU, three stages of n
 // basic blocks with 16, 32, 64 channels (the 2nd and 3rd start with stride 2), global average
 // pooling, linear to `classes`. n = 3 is ResNet-20. `width` scales the channel counts (16*width...).
+//
+// Float networks run their convolutions and batch norms on oneDNN where braid::nn has it, and when
+// `width` is a multiple of oneDNN's channel block (onednn::block(): 16 with AVX-512, 8 with AVX2)
+// the activations between the first convolution and the global pooling stay in oneDNN's
+// channel-blocked layout (no reorder between layers; ReLU and the residual adds are elementwise and
+// do not care). Input and output are NCHW and [N, classes] all the same. onednn = false puts every
+// layer on the hand-written path (the tests compare the two).
 template <class T> std::unique_ptr<sequential<T>> resnet(int n, int classes, std::mt19937_64& rng,
-                                                         int in_ch = 1, int width = 16) {
+                                                         int in_ch = 1, int width = 16, bool onednn = true) {
+  bool blocked = false;
+#if BRAID_HAVE_DNNL
+  if constexpr (std::is_same_v<T, float>) blocked = onednn && onednn::block() > 0 && width % onednn::block() == 0;
+#endif
   auto net = std::make_unique<sequential<T>>();
-  net->template add<conv2d<T>>(in_ch, width, 3, 1, 1, false, rng);
-  net->template add<batchnorm2d<T>>(width);
+  auto& c0 = net->template add<conv2d<T>>(in_ch, width, 3, 1, 1, false, rng);
+  auto& b0 = net->template add<batchnorm2d<T>>(width);
+  if (!onednn) {
+    c0.use_onednn(false);
+    b0.use_onednn(false);
+  }
+  if (blocked) {
+    c0.set_blocked(false, true);
+    b0.set_blocked(true);
+  }
   net->template add<relu<T>>();
   int ch = width;
   for (int stage = 0; stage < 3; ++stage) {
     const int out = width << stage;
     for (int b = 0; b < n; ++b) {
-      net->template add<basic_block<T>>(ch, out, (stage > 0 && b == 0) ? 2 : 1, rng);
+      net->template add<basic_block<T>>(ch, out, (stage > 0 && b == 0) ? 2 : 1, rng, onednn, blocked);
       ch = out;
     }
   }
-  net->template add<global_avgpool<T>>();
+  auto& pool = net->template add<global_avgpool<T>>();
+#if BRAID_HAVE_DNNL
+  if (blocked) pool.set_block(onednn::block());
+#endif
+  (void)pool;
   net->template add<linear<T>>(ch, classes, rng);
   return net;
 }
