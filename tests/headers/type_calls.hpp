@@ -3,8 +3,8 @@
 // (argmax, marked BRAID_HD so the CUDA kernels can call it), and a copy-only struct with no
 // operators (broadcast and all_gather only). Compiled, never run: type_calls.cpp (host communicator,
 // and braid::mpi where <mpi.h> is found: tests/mpi), type_calls_emu.cpp (both CUDA communicators on
-// the emulated device), tests/mpi/type_calls_cuda.cpp (braid::mpi::cuda_communicator on the emulated
-// device). All with the host compiler: the same set under nvcc took over 12 minutes on
+// the emulated device, and braid::mpi::cuda_communicator where MPI is found). All with the host
+// compiler, under braid_strict_warnings: the same set under nvcc took over 12 minutes on
 // the 2-core CI machine (14 types x every algorithm's kernel), so nvcc instantiates the named types
 // in braid_cuda_launch (sum; float with every operator) and tests/headers/cuda_calls.cu (which also
 // reduces an argmax struct with its own operator on both CUDA communicators).
