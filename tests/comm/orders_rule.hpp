@@ -218,6 +218,27 @@ struct outcome {
   std::vector<std::vector<float>> got; // per rank: all_reduce whole out; reduce root's out; rs own block
 };
 
+// Every case of one staging size on n ranks: all_reduce with every algorithm, reduce with ring, tree
+// and direct at roots 0, n-1 (and 1 from three ranks on), reduce_scatter with ring, halving_doubling
+// and direct; both operators, each count. The runners fill `got`.
+inline std::vector<outcome> every_case(int n, u64 staging, const std::vector<u64>& counts) {
+  using braid::algo;
+  using braid::collective;
+  std::vector<outcome> cases;
+  std::vector<int> roots = {0, n - 1};
+  if (n > 2) roots.push_back(1);
+  for (opk k : {opk::sum, opk::minus})
+    for (u64 count : counts) {
+      for (algo a : braid::all_algos)
+        cases.push_back({{a, collective::all_reduce, n, 0, count, staging}, k, {}});
+      for (algo a : {algo::ring, algo::tree, algo::direct})
+        for (int root : roots) cases.push_back({{a, collective::reduce, n, root, count, staging}, k, {}});
+      for (algo a : {algo::ring, algo::halving_doubling, algo::direct})
+        cases.push_back({{a, collective::reduce_scatter, n, 0, count, staging}, k, {}});
+    }
+  return cases;
+}
+
 struct tally {
   long cases = 0, elements = 0;
 };

@@ -12,18 +12,7 @@ using namespace orders_rule;
 std::vector<outcome> run_cases(int n, u64 staging, const std::vector<u64>& counts) {
   using braid::algo;
   using braid::collective;
-  std::vector<outcome> cases;
-  std::vector<int> roots = {0, n - 1};
-  if (n > 2) roots.push_back(1);
-  for (opk k : {opk::sum, opk::minus})
-    for (u64 count : counts) {
-      for (algo a : braid::all_algos)
-        cases.push_back({{a, collective::all_reduce, n, 0, count, staging}, k, {}});
-      for (algo a : {algo::ring, algo::tree, algo::direct})
-        for (int root : roots) cases.push_back({{a, collective::reduce, n, root, count, staging}, k, {}});
-      for (algo a : {algo::ring, algo::halving_doubling, algo::direct})
-        cases.push_back({{a, collective::reduce_scatter, n, 0, count, staging}, k, {}});
-    }
+  std::vector<outcome> cases = every_case(n, staging, counts);
   for (auto& cs : cases) cs.got.assign(static_cast<std::size_t>(n), {});
   braid::options opts;
   opts.staging_bytes = staging;

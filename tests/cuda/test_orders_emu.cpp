@@ -29,18 +29,7 @@ int emu_devices() {
 std::vector<outcome> run_cases_cuda(int n, u64 staging, const std::vector<u64>& counts) {
   using braid::algo;
   using braid::collective;
-  std::vector<outcome> cases;
-  std::vector<int> roots = {0, n - 1};
-  if (n > 2) roots.push_back(1);
-  for (opk k : {opk::sum, opk::minus})
-    for (u64 count : counts) {
-      for (algo a : braid::all_algos)
-        cases.push_back({{a, collective::all_reduce, n, 0, count, staging}, k, {}});
-      for (algo a : {algo::ring, algo::tree, algo::direct})
-        for (int root : roots) cases.push_back({{a, collective::reduce, n, root, count, staging}, k, {}});
-      for (algo a : {algo::ring, algo::halving_doubling, algo::direct})
-        cases.push_back({{a, collective::reduce_scatter, n, 0, count, staging}, k, {}});
-    }
+  std::vector<outcome> cases = every_case(n, staging, counts);
   braid::cuda::group_options go;
   go.base.staging_bytes = staging;
   go.threads_per_block = 64; // the emulator runs every thread; the order does not depend on the grid
