@@ -154,6 +154,9 @@ public:
     src_keep_ = tensor();
   }
 
+  // Whether x/dx or y/dy are in layout(true).
+  bool blocked() const { return in_ != memory::format_tag::nchw || out_ != memory::format_tag::nchw; }
+
   // The implementations oneDNN chose (for tests and logs): "fwd / bwd-data / bwd-weights".
   std::string impl() const {
     if (!fwd_) return "";
@@ -257,6 +260,9 @@ public:
                           {DNNL_ARG_DIFF_SHIFT, memory(s, cpu(), dbeta.raw())}});
     strm_.wait();
   }
+
+  // Whether x, y, dy and dx are in layout(true).
+  bool blocked() const { return tag_ != memory::format_tag::nchw; }
 
   std::string impl() const { return fwd_ ? std::string(fwd_pd_.impl_info_str()) + " / " + bwd_pd_.impl_info_str() : ""; }
 
