@@ -339,34 +339,12 @@ public:
   tensor forward(const tensor& x) override {
     detail::require(x.shape().rank() == 4 && x.dim(1) == c_, "batchnorm2d: input " + x.shape().str());
     const std::int64_t n = x.dim(0), hw = x.dim(2) * x.dim(3), m = n * hw;
-    tensor y(x.shape(), dtype_of_v<T>);
 #if BRAID_HAVE_DNNL
     if constexpr (std::is_same_v<T, float>) {
-      if (dnnl_) {
-        x_ = x;
-        if (this->training_) {
-          bmean_ = tensor({c_}, dtype_of_v<T>);
-          bvar_ = tensor({c_}, dtype_of_v<T>);
-        } else {
-          bmean_ = mean_.clone();
-          bvar_ = var_.clone();
-        }
-        dnnl_->forward(x, gamma_.value, beta_.value, this->training_, bmean_, bvar_, y);
-        if (this->training_) {
-          T* rm = mean_.data<T>();
-          T* rv = var_.data<T>();
-          const T* bm = bmean_.data<T>();
-          const T* bv = bvar_.data<T>();
-          for (int c = 0; c < c_; ++c) {
-            const double unbiased = m > 1 ? double(bv[c]) * double(m) / double(m - 1) : double(bv[c]);
-            rm[c] = T((1 - mom_) * double(rm[c]) + mom_ * double(bm[c]));
-            rv[c] = T((1 - mom_) * double(rv[c]) + mom_ * unbiased);
-          }
-        }
-        return y;
-      }
+      if (dnnl_) return forward_dnnl(x, m);
     }
 #endif
+    tensor y(x.shape(), dtype_of_v<T>);
     xhat_ = tensor(x.shape(), dtype_of_v<T>);
     invstd_ = tensor({c_}, dtype_of_v<T>);
     const T* xp = x.data<T>();
@@ -501,6 +479,31 @@ public:
 
 private:
 #if BRAID_HAVE_DNNL
+  // m: the elements per channel (N * H * W).
+  tensor forward_dnnl(const tensor& x, std::int64_t m) {
+    tensor y(x.shape(), dtype_of_v<T>);
+    x_ = x;
+    if (this->training_) {
+      bmean_ = tensor({c_}, dtype_of_v<T>);
+      bvar_ = tensor({c_}, dtype_of_v<T>);
+    } else {
+      bmean_ = mean_.clone();
+      bvar_ = var_.clone();
+    }
+    dnnl_->forward(x, gamma_.value, beta_.value, this->training_, bmean_, bvar_, y);
+    if (this->training_) {
+      T* rm = mean_.data<T>();
+      T* rv = var_.data<T>();
+      const T* bm = bmean_.data<T>();
+      const T* bv = bvar_.data<T>();
+      for (int c = 0; c < c_; ++c) {
+        const double unbiased = m > 1 ? double(bv[c]) * double(m) / double(m - 1) : double(bv[c]);
+        rm[c] = T((1 - mom_) * double(rm[c]) + mom_ * double(bm[c]));
+        rv[c] = T((1 - mom_) * double(rv[c]) + mom_ * unbiased);
+      }
+    }
+    return y;
+  }
   tensor backward_dnnl(const tensor& dy) {
     detail::require(dy.shape() == x_.shape(), "batchnorm2d: gradient " + dy.shape().str());
     tensor dx(dy.shape(), dtype_of_v<T>), dg({c_}, dtype_of_v<T>), db({c_}, dtype_of_v<T>);
