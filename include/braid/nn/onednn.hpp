@@ -1,5 +1,5 @@
-// braid/nn/onednn.hpp — conv2d<float> on oneDNN (Debian: libdnnl-dev), used by layers.hpp where CMake
-// found the library (it then defines BRAID_HAVE_DNNL=1 for braid::nn).
+// braid/nn/onednn.hpp — conv2d<float> and batchnorm2d<float> on oneDNN (Debian: libdnnl-dev), used by
+// layers.hpp where CMake found the library (it then defines BRAID_HAVE_DNNL=1 for braid::nn).
 //
 // The layer's API stays NCHW. Inside, the convolution runs in the layout oneDNN prefers for the
 // shape (format_tag::any: a channel-blocked layout such as nChw16c on AVX-512), and the tensors are
