@@ -10,16 +10,9 @@ import csv
 import os
 import sys
 
-try:
-    import matplotlib
-except ImportError:
-    # Debian's python3-matplotlib lives under the system interpreter, which a pyenv or venv python3 on
-    # PATH may hide: try that one before giving up.
-    if os.path.exists("/usr/bin/python3") and os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3"):
-        os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
-    sys.exit("plot-resnet-curve.py: needs matplotlib (Debian: apt-get install python3-matplotlib)")
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import plotlib
+
+plt = plotlib.pyplot()
 
 
 def main():

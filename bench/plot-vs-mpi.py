@@ -5,21 +5,12 @@ busbw against message size, braid beside MPI_Allreduce, log-log.
     python3 bench/plot-vs-mpi.py LOG [OUT.png]      (default OUT: LOG with .png)
 
 Needs matplotlib (Debian: apt-get install python3-matplotlib)."""
-import os
 import re
 import sys
 
-try:
-    import matplotlib
-except ImportError:
-    # Debian's python3-matplotlib lives under the system interpreter, which a pyenv or venv python3 on
-    # PATH may hide: try that one before giving up.
-    if os.path.exists("/usr/bin/python3") and os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3"):
-        os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
-    sys.exit("plot-vs-mpi.py: needs matplotlib (Debian: apt-get install python3-matplotlib)")
+import plotlib
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+plt = plotlib.pyplot()
 
 
 def parse(path):

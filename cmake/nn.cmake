@@ -20,9 +20,10 @@ if(BLAS_FOUND AND ZLIB_FOUND AND BRAID_CBLAS_INCLUDE_DIR)
   target_link_libraries(braid_nn INTERFACE braid::braid BLAS::BLAS ZLIB::ZLIB)
   set(BRAID_HAVE_NN ON)
   message(STATUS "braid: nn ON (BLAS: ${BLAS_LIBRARIES}; cblas.h in ${BRAID_CBLAS_INCLUDE_DIR})")
-  # oneDNN (Debian: libdnnl-dev) runs conv2d<float>; without it the im2col + BLAS path does.
+  # oneDNN (Debian: libdnnl-dev) runs conv2d<float> and batchnorm2d<float>; without it the hand-written
+  # path (im2col + BLAS, braid's batch-norm loops) does.
   # -DBRAID_WITH_DNNL=OFF keeps the BLAS path where the library is installed.
-  option(BRAID_WITH_DNNL "Run braid::nn's float convolutions on oneDNN where it is found" ON)
+  option(BRAID_WITH_DNNL "Run braid::nn's float convolutions and batch norms on oneDNN where it is found" ON)
   set(BRAID_HAVE_DNNL OFF)
   if(BRAID_WITH_DNNL)
     find_path(BRAID_DNNL_INCLUDE_DIR oneapi/dnnl/dnnl.hpp)

@@ -28,6 +28,25 @@ double dot(const tensor& a, const tensor& b) {
   return s;
 }
 
+tensor to_float(const tensor& d) {
+  tensor f(d.shape(), braid::dtype::float32);
+  convert(d, f);
+  return f;
+}
+
+// Float tensors a and b agree: the largest |a - b| over the largest |b| (at least `floor`) is at most
+// tol. Returns that relative difference (the oneDNN tests report the largest one they saw).
+double check_close(const tensor& a, const tensor& b, const std::string& what, double tol, double floor) {
+  REQUIRE(a.shape() == b.shape());
+  double scale = floor, worst = 0;
+  for (std::int64_t i = 0; i < b.numel(); ++i) scale = std::max(scale, double(std::abs(b.data<float>()[i])));
+  for (std::int64_t i = 0; i < b.numel(); ++i)
+    worst = std::max(worst, double(std::abs(a.data<float>()[i] - b.data<float>()[i])) / scale);
+  INFO(what << ": largest difference " << worst << " of the largest magnitude " << scale);
+  CHECK(worst <= tol);
+  return worst;
+}
+
 // Checks d(sum(forward(x) * r))/dx and /dparam against central differences, on every element (or on
 // `max_checks` evenly spread ones for large tensors). Returns the number of elements checked.
 int check_gradients(module<double>& m, const tensor& x, std::mt19937_64& rng, double tol = 1e-6) {
@@ -110,20 +129,9 @@ TEST_CASE("conv2d<float> on oneDNN equals the im2col + BLAS path (forward, dx, d
                       {2, 5, 7, 3, 2, 1, 11, 13, true},  {3, 4, 6, 1, 2, 0, 7, 8, false},
                       {1, 1, 16, 3, 1, 1, 28, 28, false}, {2, 16, 32, 3, 2, 1, 28, 28, false},
                       {2, 6, 5, 5, 3, 2, 10, 9, true},   {5, 32, 64, 1, 2, 0, 14, 14, false}};
-  auto to_float = [](const tensor& d) {
-    tensor f(d.shape(), braid::dtype::float32);
-    convert(d, f);
-    return f;
-  };
-  auto close = [](const tensor& a, const tensor& b, const char* what) {
-    REQUIRE(a.shape() == b.shape());
-    double scale = 1;
-    for (std::int64_t i = 0; i < b.numel(); ++i) scale = std::max(scale, double(std::abs(b.data<float>()[i])));
-    double worst = 0;
-    for (std::int64_t i = 0; i < b.numel(); ++i)
-      worst = std::max(worst, double(std::abs(a.data<float>()[i] - b.data<float>()[i])) / scale);
-    INFO(std::string(what) << ": largest difference " << worst << " of the largest magnitude " << scale);
-    CHECK(worst <= 1e-5);
+  double worst = 0;
+  auto close = [&](const tensor& a, const tensor& b, const std::string& what) {
+    worst = std::max(worst, check_close(a, b, what, 1e-5, 1));
   };
   for (const geo& g : geos) {
     CAPTURE(g.n);
@@ -165,6 +173,7 @@ TEST_CASE("conv2d<float> on oneDNN equals the im2col + BLAS path (forward, dx, d
     }
     if (fast.uses_onednn()) MESSAGE("oneDNN implementations: " << fast.onednn_impl());
   }
+  MESSAGE("largest relative difference: " << worst);
   conv2d<double> dbl(2, 3, 3, 1, 1, false, *std::make_unique<std::mt19937_64>(1));
   CHECK(!dbl.uses_onednn());
   CHECK_THROWS(dbl.use_onednn(true));
@@ -174,19 +183,9 @@ TEST_CASE("conv2d<float> on oneDNN equals the im2col + BLAS path (forward, dx, d
 // dgamma, dbeta and the running statistics after two steps) and then eval mode, on several shapes.
 TEST_CASE("batchnorm2d<float> on oneDNN equals the hand-written path (both modes)") {
   const shape_t shapes[] = {{4, 3, 5, 6}, {1, 16, 28, 28}, {7, 5, 3, 1}, {2, 64, 7, 7}};
-  auto to_float = [](const tensor& d) {
-    tensor f(d.shape(), braid::dtype::float32);
-    convert(d, f);
-    return f;
-  };
-  auto close = [](const tensor& a, const tensor& b, const char* what) {
-    REQUIRE(a.shape() == b.shape());
-    double scale = 1, worst = 0;
-    for (std::int64_t i = 0; i < b.numel(); ++i) scale = std::max(scale, double(std::abs(b.data<float>()[i])));
-    for (std::int64_t i = 0; i < b.numel(); ++i)
-      worst = std::max(worst, double(std::abs(a.data<float>()[i] - b.data<float>()[i])) / scale);
-    INFO(std::string(what) << ": largest difference " << worst << " of the largest magnitude " << scale);
-    CHECK(worst <= 2e-5);
+  double worst = 0;
+  auto close = [&](const tensor& a, const tensor& b, const std::string& what) {
+    worst = std::max(worst, check_close(a, b, what, 2e-5, 1));
   };
   std::mt19937_64 rng(13);
   for (const shape_t& s : shapes) {
@@ -220,6 +219,7 @@ TEST_CASE("batchnorm2d<float> on oneDNN equals the hand-written path (both modes
       close(fast.running_var(), hand.running_var(), "running var");
     }
   }
+  MESSAGE("largest relative difference: " << worst);
   batchnorm2d<double> dbl(2);
   CHECK(!dbl.uses_onednn());
   CHECK_THROWS(dbl.use_onednn(true));
@@ -236,19 +236,9 @@ TEST_CASE("resnet<float> on oneDNN (blocked activations) equals the hand-written
 #if BRAID_HAVE_DNNL
   MESSAGE("oneDNN channel block: " << onednn::block());
 #endif
-  auto to_float = [](const tensor& d) {
-    tensor f(d.shape(), braid::dtype::float32);
-    convert(d, f);
-    return f;
-  };
-  auto close = [](const tensor& a, const tensor& b, const std::string& what) {
-    REQUIRE(a.shape() == b.shape());
-    double scale = 1e-3, worst = 0;
-    for (std::int64_t i = 0; i < b.numel(); ++i) scale = std::max(scale, double(std::abs(b.data<float>()[i])));
-    for (std::int64_t i = 0; i < b.numel(); ++i)
-      worst = std::max(worst, double(std::abs(a.data<float>()[i] - b.data<float>()[i])) / scale);
-    INFO(what << ": largest difference " << worst << " of the largest magnitude " << scale);
-    CHECK(worst <= 1e-4);
+  double worst = 0;
+  auto close = [&](const tensor& a, const tensor& b, const std::string& what) {
+    worst = std::max(worst, check_close(a, b, what, 1e-4, 1e-3));
   };
   for (bool training : {true, true, false}) {
     fast->set_training(training);
@@ -265,6 +255,7 @@ TEST_CASE("resnet<float> on oneDNN (blocked activations) equals the hand-written
     const auto ba = fast->buffers(), bb = hand->buffers();
     for (std::size_t i = 0; i < ba.size(); ++i) close(*ba[i], *bb[i], "buffer " + std::to_string(i));
   }
+  MESSAGE("largest relative difference: " << worst);
 }
 
 TEST_CASE("batchnorm2d gradients in training and eval mode") {

@@ -97,6 +97,16 @@ template <class T> void init_uniform(tensor& t, double bound, std::mt19937_64& r
   T* p = t.data<T>();
   for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = T(u(rng));
 }
+#if BRAID_HAVE_DNNL
+// use_onednn(on) of a float conv2d or batchnorm2d, whose oneDNN side is `impl`: off drops it, on
+// builds it in plain NCHW with make() unless it is there. A side set to blocked activations stays:
+// the layers around it hand it blocked tensors.
+template <class Impl, class Make> void use_onednn(std::unique_ptr<Impl>& impl, bool on, const char* layer, Make make) {
+  require(on || !(impl && impl->blocked()), std::string(layer) + ": a layer with blocked activations stays on oneDNN");
+  if (!on) impl.reset();
+  else if (!impl) impl = make();
+}
+#endif
 } // namespace detail
 
 // y[n,o,:,:] = sum_c w[o,c] * x[n,c] (k x k window, stride s, zero padding p) + b[o]
@@ -195,9 +205,8 @@ public:
   void use_onednn(bool on) {
 #if BRAID_HAVE_DNNL
     if constexpr (std::is_same_v<T, float>) {
-      detail::require(on || !blocked_, "conv2d: a layer with blocked activations stays on oneDNN");
-      if (on && !dnnl_) dnnl_ = std::make_unique<onednn::conv>(c_, o_, k_, s_, p_, has_bias_);
-      if (!on) dnnl_.reset();
+      detail::use_onednn(dnnl_, on, "conv2d",
+                         [&] { return std::make_unique<onednn::conv>(c_, o_, k_, s_, p_, has_bias_); });
       return;
     }
 #endif
@@ -212,7 +221,6 @@ public:
       const int b = onednn::block();
       detail::require(dnnl_ && b > 0 && (!in || c_ % b == 0) && (!out || o_ % b == 0),
                       "conv2d: blocked activations need oneDNN and channel counts that are multiples of its block");
-      blocked_ = in || out;
       dnnl_ = std::make_unique<onednn::conv>(c_, o_, k_, s_, p_, has_bias_, in, out);
       return;
     }
@@ -309,7 +317,6 @@ private:
   parameter w_, b_;
   tensor x_;
 #if BRAID_HAVE_DNNL
-  bool blocked_ = false;
   std::unique_ptr<onednn::conv> dnnl_ =
       std::is_same_v<T, float> ? std::make_unique<onednn::conv>(c_, o_, k_, s_, p_, has_bias_) : nullptr;
 #endif
@@ -332,34 +339,12 @@ public:
   tensor forward(const tensor& x) override {
     detail::require(x.shape().rank() == 4 && x.dim(1) == c_, "batchnorm2d: input " + x.shape().str());
     const std::int64_t n = x.dim(0), hw = x.dim(2) * x.dim(3), m = n * hw;
-    tensor y(x.shape(), dtype_of_v<T>);
 #if BRAID_HAVE_DNNL
     if constexpr (std::is_same_v<T, float>) {
-      if (dnnl_) {
-        x_ = x;
-        if (this->training_) {
-          bmean_ = tensor({c_}, dtype_of_v<T>);
-          bvar_ = tensor({c_}, dtype_of_v<T>);
-        } else {
-          bmean_ = mean_.clone();
-          bvar_ = var_.clone();
-        }
-        dnnl_->forward(x, gamma_.value, beta_.value, this->training_, bmean_, bvar_, y);
-        if (this->training_) {
-          T* rm = mean_.data<T>();
-          T* rv = var_.data<T>();
-          const T* bm = bmean_.data<T>();
-          const T* bv = bvar_.data<T>();
-          for (int c = 0; c < c_; ++c) {
-            const double unbiased = m > 1 ? double(bv[c]) * double(m) / double(m - 1) : double(bv[c]);
-            rm[c] = T((1 - mom_) * double(rm[c]) + mom_ * double(bm[c]));
-            rv[c] = T((1 - mom_) * double(rv[c]) + mom_ * unbiased);
-          }
-        }
-        return y;
-      }
+      if (dnnl_) return forward_dnnl(x, m);
     }
 #endif
+    tensor y(x.shape(), dtype_of_v<T>);
     xhat_ = tensor(x.shape(), dtype_of_v<T>);
     invstd_ = tensor({c_}, dtype_of_v<T>);
     const T* xp = x.data<T>();
@@ -472,9 +457,7 @@ public:
   void use_onednn(bool on) {
 #if BRAID_HAVE_DNNL
     if constexpr (std::is_same_v<T, float>) {
-      detail::require(on || !blocked_, "batchnorm2d: a layer with blocked activations stays on oneDNN");
-      if (on && !dnnl_) dnnl_ = std::make_unique<onednn::bnorm>(c_, eps_);
-      if (!on) dnnl_.reset();
+      detail::use_onednn(dnnl_, on, "batchnorm2d", [&] { return std::make_unique<onednn::bnorm>(c_, eps_); });
       return;
     }
 #endif
@@ -487,7 +470,6 @@ public:
       const int b = onednn::block();
       detail::require(dnnl_ && (!on || (b > 0 && c_ % b == 0)),
                       "batchnorm2d: blocked activations need oneDNN and a channel count that is a multiple of its block");
-      blocked_ = on;
       dnnl_ = std::make_unique<onednn::bnorm>(c_, eps_, on);
       return;
     }
@@ -497,6 +479,31 @@ public:
 
 private:
 #if BRAID_HAVE_DNNL
+  // m: the elements per channel (N * H * W).
+  tensor forward_dnnl(const tensor& x, std::int64_t m) {
+    tensor y(x.shape(), dtype_of_v<T>);
+    x_ = x;
+    if (this->training_) {
+      bmean_ = tensor({c_}, dtype_of_v<T>);
+      bvar_ = tensor({c_}, dtype_of_v<T>);
+    } else {
+      bmean_ = mean_.clone();
+      bvar_ = var_.clone();
+    }
+    dnnl_->forward(x, gamma_.value, beta_.value, this->training_, bmean_, bvar_, y);
+    if (this->training_) {
+      T* rm = mean_.data<T>();
+      T* rv = var_.data<T>();
+      const T* bm = bmean_.data<T>();
+      const T* bv = bvar_.data<T>();
+      for (int c = 0; c < c_; ++c) {
+        const double unbiased = m > 1 ? double(bv[c]) * double(m) / double(m - 1) : double(bv[c]);
+        rm[c] = T((1 - mom_) * double(rm[c]) + mom_ * double(bm[c]));
+        rv[c] = T((1 - mom_) * double(rv[c]) + mom_ * unbiased);
+      }
+    }
+    return y;
+  }
   tensor backward_dnnl(const tensor& dy) {
     detail::require(dy.shape() == x_.shape(), "batchnorm2d: gradient " + dy.shape().str());
     tensor dx(dy.shape(), dtype_of_v<T>), dg({c_}, dtype_of_v<T>), db({c_}, dtype_of_v<T>);
@@ -519,7 +526,6 @@ private:
   tensor mean_, var_, xhat_, invstd_;
 #if BRAID_HAVE_DNNL
   tensor x_, bmean_, bvar_; // the oneDNN path keeps the input and the statistics it normalised with
-  bool blocked_ = false;
   std::unique_ptr<onednn::bnorm> dnnl_ =
       std::is_same_v<T, float> ? std::make_unique<onednn::bnorm>(c_, eps_) : nullptr;
 #endif

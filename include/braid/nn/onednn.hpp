@@ -1,5 +1,5 @@
-// braid/nn/onednn.hpp — conv2d<float> on oneDNN (Debian: libdnnl-dev), used by layers.hpp where CMake
-// found the library (it then defines BRAID_HAVE_DNNL=1 for braid::nn).
+// braid/nn/onednn.hpp — conv2d<float> and batchnorm2d<float> on oneDNN (Debian: libdnnl-dev), used by
+// layers.hpp where CMake found the library (it then defines BRAID_HAVE_DNNL=1 for braid::nn).
 //
 // The layer's API stays NCHW. Inside, the convolution runs in the layout oneDNN prefers for the
 // shape (format_tag::any: a channel-blocked layout such as nChw16c on AVX-512), and the tensors are
@@ -154,6 +154,9 @@ public:
     src_keep_ = tensor();
   }
 
+  // Whether x/dx or y/dy are in layout(true).
+  bool blocked() const { return in_ != memory::format_tag::nchw || out_ != memory::format_tag::nchw; }
+
   // The implementations oneDNN chose (for tests and logs): "fwd / bwd-data / bwd-weights".
   std::string impl() const {
     if (!fwd_) return "";
@@ -257,6 +260,9 @@ public:
                           {DNNL_ARG_DIFF_SHIFT, memory(s, cpu(), dbeta.raw())}});
     strm_.wait();
   }
+
+  // Whether x, y, dy and dx are in layout(true).
+  bool blocked() const { return tag_ != memory::format_tag::nchw; }
 
   std::string impl() const { return fwd_ ? std::string(fwd_pd_.impl_info_str()) + " / " + bwd_pd_.impl_info_str() : ""; }
 
