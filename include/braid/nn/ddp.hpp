@@ -28,6 +28,7 @@
 #include "../braid.hpp"
 #include "layers.hpp"
 #include "optim.hpp"
+#include "rules.hpp"
 
 namespace braid::nn {
 
@@ -199,17 +200,12 @@ public:
   std::uint64_t skipped() const noexcept { return skipped_; }
   // Records one step's outcome; returns whether the optimizer step should be applied.
   bool update(bool overflow) {
-    if (overflow) {
-      scale_ *= backoff_;
-      good_ = 0;
-      ++skipped_;
-      return false;
-    }
-    if (++good_ >= interval_) {
-      scale_ *= growth_;
-      good_ = 0;
-    }
-    return true;
+    rules::scaler_state s{scale_, good_, 0, skipped_};
+    const bool apply = rules::scaler_update(s, overflow, interval_, growth_, backoff_);
+    scale_ = s.scale;
+    good_ = s.clean;
+    skipped_ = s.skipped;
+    return apply;
   }
   // For checkpoints.
   void set_state(double scale, int clean, std::uint64_t skipped) {
@@ -260,11 +256,8 @@ public:
     const float inv = float(1.0 / scale);
     for (parameter& p : master_) {
       float* g = p.grad.data<float>();
-      for (std::int64_t j = 0; j < p.grad.numel(); ++j) {
-        g[j] = rounded(g[j]);
-        if (!std::isfinite(g[j])) bad = true;
-        g[j] *= inv;
-      }
+      for (std::int64_t j = 0; j < p.grad.numel(); ++j)
+        if (!rules::unscale(g[j], compute_ == dtype::bfloat16, inv)) bad = true;
     }
     return bad;
   }
@@ -292,7 +285,7 @@ public:
   }
 
 private:
-  float rounded(float v) const { return compute_ == dtype::bfloat16 ? float(bfloat16(v)) : float(half(v)); }
+  float rounded(float v) const { return rules::round_to(v, compute_ == dtype::bfloat16); }
 
   std::vector<parameter*> model_;
   std::vector<parameter> master_;

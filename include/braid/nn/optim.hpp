@@ -4,7 +4,8 @@
 // An optimizer updates the parameters it was given from their .grad, in place, at the learning rate
 // passed to step(lr) (a schedule computes it). Update rules follow the published definitions, in the
 // form PyTorch implements them; each is written out above its class. All arithmetic per element is in
-// double and rounded once to the parameter's type.
+// double and rounded once to the parameter's type. The per-element arithmetic is rules.hpp's, which the
+// fused device optimizers (optim_device.cuh) share.
 #pragma once
 
 #include <cmath>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "layers.hpp"
+#include "rules.hpp"
 
 namespace braid::nn {
 
@@ -73,16 +75,8 @@ protected:
     T* w = p.value.template data<T>();
     const T* g = p.grad.template data<T>();
     T* b = this->state_[i][0].template data<T>();
-    const bool first = this->t_ == 1;
-    for (std::int64_t j = 0; j < p.value.numel(); ++j) {
-      double d = double(g[j]) + wd_ * double(w[j]);
-      if (mu_ != 0) {
-        const double buf = first ? d : mu_ * double(b[j]) + (1 - damp_) * d;
-        b[j] = T(buf);
-        d = nesterov_ ? d + mu_ * buf : buf;
-      }
-      w[j] = T(double(w[j]) - lr * d);
-    }
+    const rules::sgd_args a{lr, mu_, wd_, damp_, nesterov_, this->t_ == 1};
+    for (std::int64_t j = 0; j < p.value.numel(); ++j) rules::sgd(w[j], g[j], b[j], a);
   }
 
 private:
@@ -113,16 +107,8 @@ protected:
     T* m = this->state_[i][0].template data<T>();
     T* v = this->state_[i][1].template data<T>();
     const double c1 = 1 - std::pow(b1_, double(this->t_)), c2 = 1 - std::pow(b2_, double(this->t_));
-    for (std::int64_t j = 0; j < p.value.numel(); ++j) {
-      double x = double(w[j]), d = double(g[j]);
-      if (decoupled_) x *= 1 - lr * wd_;
-      else d += wd_ * x;
-      const double mj = b1_ * double(m[j]) + (1 - b1_) * d;
-      const double vj = b2_ * double(v[j]) + (1 - b2_) * d * d;
-      m[j] = T(mj);
-      v[j] = T(vj);
-      w[j] = T(x - lr * (mj / c1) / (std::sqrt(vj / c2) + eps_));
-    }
+    const rules::adam_args a{lr, wd_, b1_, b2_, eps_, c1, c2, decoupled_};
+    for (std::int64_t j = 0; j < p.value.numel(); ++j) rules::adam(w[j], g[j], m[j], v[j], a);
   }
 
 private:
@@ -158,22 +144,18 @@ protected:
     T* m = this->state_[i][0].template data<T>();
     T* v = this->state_[i][1].template data<T>();
     const double c1 = 1 - std::pow(b1_, double(this->t_)), c2 = 1 - std::pow(b2_, double(this->t_));
+    const rules::lamb_args a{wd_, b1_, b2_, eps_, c1, c2};
     r_.resize(std::size_t(n));
     double wn = 0, rn = 0;
     for (std::int64_t j = 0; j < n; ++j) {
-      const double d = double(g[j]);
-      const double mj = b1_ * double(m[j]) + (1 - b1_) * d;
-      const double vj = b2_ * double(v[j]) + (1 - b2_) * d * d;
-      m[j] = T(mj);
-      v[j] = T(vj);
-      const double r = (mj / c1) / (std::sqrt(vj / c2) + eps_) + wd_ * double(w[j]);
-      r_[std::size_t(j)] = r;
+      const rules::lamb_step s = rules::lamb(w[j], g[j], m[j], v[j], a);
+      m[j] = T(s.m);
+      v[j] = T(s.v);
+      r_[std::size_t(j)] = s.r;
       wn += double(w[j]) * double(w[j]);
-      rn += r * r;
+      rn += s.r * s.r;
     }
-    wn = std::sqrt(wn);
-    rn = std::sqrt(rn);
-    trust_ = (wn > 0 && rn > 0) ? wn / rn : 1.0;
+    trust_ = rules::lamb_trust(wn, rn);
     for (std::int64_t j = 0; j < n; ++j) w[j] = T(double(w[j]) - lr * trust_ * r_[std::size_t(j)]);
   }
 

@@ -1,0 +1,531 @@
+// braid/nn/optim_device.cuh — fused optimizers (SGD with momentum/Nesterov/weight decay, Adam, AdamW,
+// LAMB), clipping by global norm and dynamic loss scaling on a CUDA device, over flat parameter
+// buffers. Issue 16, item 2. Namespace braid::nn::fused.
+//
+// A flat_params<T> names n parameters and their n gradients, each in one device allocation, with the
+// parameter tensors back to back; `segments` lists where each tensor starts (LAMB's trust ratio is per
+// tensor). T is float or double: the master weights (mixed precision keeps them in float).
+//
+// Everything is enqueued on the optimizer's stream and nothing waits for the device on the host: step()
+// launches its kernels and returns. The step count and Adam's bias corrections live in device memory,
+// so that a step the loss scaler skips (an overflow seen by a kernel, unknown to the host) leaves them
+// as they were, as the host optimizer does when mixed_precision::step does not call it. Reading them
+// back (steps(), loss_scaler::scale()) synchronises the stream.
+//
+// The arithmetic per element is rules.hpp's, the same text as the host optimizers in optim.hpp. On the
+// emulated device (same compiler, no fused multiply-add) SGD, Adam, AdamW, unscaling and rounding give
+// the host optimizers' bits exactly; LAMB's and clipping's sums of squares are added in another order
+// (per block, then per block in order), so their norms may differ from the host's in the last bits. On a
+// GPU nvcc may contract multiply-adds (rules.hpp). Every reduction has a fixed order for a given n and
+// segmentation, so every rank that runs the same step gets the same bits.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "../core/error.hpp"
+#include "../cuda/check.cuh"
+#include "../cuda/kernel.cuh"
+#include "rules.hpp"
+
+namespace braid::nn::fused {
+
+template <class T> struct flat_params {
+  T* value = nullptr;                 // n parameters, device memory
+  T* grad = nullptr;                  // their n gradients, device memory
+  std::int64_t n = 0;
+  std::vector<std::int64_t> segments; // first element of each parameter tensor: 0, ascending, each < n
+};
+
+namespace detail {
+
+constexpr unsigned threads = 256;          // per block, every kernel here
+constexpr std::int64_t chunk = 8192;        // elements per block in the reducing kernels
+constexpr unsigned max_blocks = 1024;       // elementwise kernels: grid-stride beyond this
+
+// The step record of an optimizer, in device memory.
+struct step_state {
+  std::int64_t t = 0;    // steps applied
+  double c1 = 1, c2 = 1; // 1 - beta1^t, 1 - beta2^t (Adam, LAMB)
+  std::int32_t skip = 0; // this step is skipped (the loss scaler's last update saw an overflow)
+};
+
+inline unsigned blocks_for(std::int64_t n) {
+  const std::int64_t b = (n + threads - 1) / threads;
+  return b < 1 ? 1u : b > max_blocks ? max_blocks : unsigned(b);
+}
+BRAID_DEVICE std::int64_t first_index() { return std::int64_t(gpu::block_index()) * threads + gpu::thread_index(); }
+BRAID_DEVICE std::int64_t stride() { return std::int64_t(gpu::grid_size()) * threads; }
+
+// Counts a step unless the scaler's last update skipped it, and computes the bias corrections.
+BRAID_KERNEL_BOUNDED(1) void begin_step(step_state* s, const rules::scaler_state* scaler, double beta1, double beta2) {
+  s->skip = (scaler != nullptr && scaler->applied == 0) ? 1 : 0;
+  if (s->skip) return;
+  ++s->t;
+  s->c1 = 1 - ::pow(beta1, double(s->t));
+  s->c2 = 1 - ::pow(beta2, double(s->t));
+}
+
+template <class T>
+BRAID_KERNEL_BOUNDED(threads) void sgd_kernel(T* w, const T* g, T* buf, std::int64_t n, rules::sgd_args a, const step_state* s) {
+  if (s->skip) return;
+  a.first = s->t == 1;
+  for (std::int64_t j = first_index(); j < n; j += stride()) {
+    T b = buf[j];
+    rules::sgd(w[j], g[j], b, a);
+    if (a.momentum != 0) buf[j] = b;
+  }
+}
+
+template <class T>
+BRAID_KERNEL_BOUNDED(threads) void adam_kernel(T* w, const T* g, T* m, T* v, std::int64_t n, rules::adam_args a, const step_state* s) {
+  if (s->skip) return;
+  a.c1 = s->c1;
+  a.c2 = s->c2;
+  for (std::int64_t j = first_index(); j < n; j += stride()) rules::adam(w[j], g[j], m[j], v[j], a);
+}
+
+// Sums two values over the block in a fixed tree order; the result is valid in thread 0.
+BRAID_DEVICE void block_sum2(double& x, double& y) {
+  BRAID_SHARED double sx[threads];
+  BRAID_SHARED double sy[threads];
+  const unsigned t = gpu::thread_index();
+  sx[t] = x;
+  sy[t] = y;
+  gpu::sync_block();
+  for (unsigned h = threads / 2; h > 0; h /= 2) {
+    if (t < h) {
+      sx[t] += sx[t + h];
+      sy[t] += sy[t + h];
+    }
+    gpu::sync_block();
+  }
+  x = sx[0];
+  y = sy[0];
+}
+
+// LAMB, pass 1: per chunk (one block each; chunks never straddle two tensors), the sums of w^2 and r^2.
+template <class T>
+BRAID_KERNEL_BOUNDED(threads) void lamb_sums(const T* w, const T* g, const T* m, const T* v, const std::int64_t* chunk_begin,
+                                             double* partial, rules::lamb_args a, const step_state* s) {
+  if (s->skip) return;
+  a.c1 = s->c1;
+  a.c2 = s->c2;
+  const unsigned c = gpu::block_index();
+  double ws = 0, rs = 0;
+  for (std::int64_t j = chunk_begin[c] + gpu::thread_index(); j < chunk_begin[c + 1]; j += threads) {
+    const rules::lamb_step st = rules::lamb(w[j], g[j], m[j], v[j], a);
+    ws += double(w[j]) * double(w[j]);
+    rs += st.r * st.r;
+  }
+  block_sum2(ws, rs);
+  if (gpu::thread_index() == 0) {
+    partial[2 * c] = ws;
+    partial[2 * c + 1] = rs;
+  }
+}
+
+// LAMB, pass 2: one thread per tensor adds its chunks' sums in chunk order and computes the trust ratio.
+BRAID_KERNEL_BOUNDED(threads) void lamb_trust_kernel(const double* partial, const std::int64_t* first_chunk, std::int64_t tensors,
+                                                     double* trust, const step_state* s) {
+  if (s->skip) return;
+  for (std::int64_t i = first_index(); i < tensors; i += stride()) {
+    double ws = 0, rs = 0;
+    for (std::int64_t c = first_chunk[i]; c < first_chunk[i + 1]; ++c) {
+      ws += partial[2 * c];
+      rs += partial[2 * c + 1];
+    }
+    trust[i] = rules::lamb_trust(ws, rs);
+  }
+}
+
+// LAMB, pass 3: the moments again from the same inputs (the same bits as pass 1), stored, and the update.
+template <class T>
+BRAID_KERNEL_BOUNDED(threads) void lamb_apply(T* w, const T* g, T* m, T* v, const std::int64_t* chunk_begin,
+                                              const std::int64_t* chunk_tensor, const double* trust, double lr,
+                                              rules::lamb_args a, const step_state* s) {
+  if (s->skip) return;
+  a.c1 = s->c1;
+  a.c2 = s->c2;
+  const unsigned c = gpu::block_index();
+  const double f = lr * trust[chunk_tensor[c]];
+  for (std::int64_t j = chunk_begin[c] + gpu::thread_index(); j < chunk_begin[c + 1]; j += threads) {
+    const rules::lamb_step st = rules::lamb(w[j], g[j], m[j], v[j], a);
+    m[j] = T(st.m);
+    v[j] = T(st.v);
+    w[j] = T(double(w[j]) - f * st.r);
+  }
+}
+
+// Clipping, pass 1: per chunk of the whole buffer, the sum of g^2.
+template <class T>
+BRAID_KERNEL_BOUNDED(threads) void square_sums(const T* g, std::int64_t n, double* partial) {
+  const std::int64_t begin = std::int64_t(gpu::block_index()) * chunk;
+  const std::int64_t end = begin + chunk < n ? begin + chunk : n;
+  double x = 0, unused = 0;
+  for (std::int64_t j = begin + gpu::thread_index(); j < end; j += threads) x += double(g[j]) * double(g[j]);
+  block_sum2(x, unused);
+  if (gpu::thread_index() == 0) partial[gpu::block_index()] = x;
+}
+// Clipping, pass 2: the norm (chunk sums in order) and the factor: max_norm / (norm + 1e-6) when the
+// norm exceeds max_norm, else 1 (torch.nn.utils.clip_grad_norm_'s rule, as nn::clip_grad_norm).
+BRAID_KERNEL_BOUNDED(1) void clip_factor(const double* partial, std::int64_t chunks, double max_norm, double* out) {
+  double s = 0;
+  for (std::int64_t c = 0; c < chunks; ++c) s += partial[c];
+  const double norm = rules::root(s);
+  out[0] = norm;
+  out[1] = norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+}
+template <class T> BRAID_KERNEL_BOUNDED(threads) void clip_apply(T* g, std::int64_t n, const double* factor) {
+  const double f = factor[1];
+  if (f == 1.0) return;
+  for (std::int64_t j = first_index(); j < n; j += stride()) g[j] = T(double(g[j]) * f);
+}
+
+BRAID_KERNEL_BOUNDED(threads) void unscale_kernel(float* g, std::int64_t n, bool bf16, rules::scaler_state* s) {
+  const float inv = float(1.0 / s->scale);
+  bool bad = false;
+  for (std::int64_t j = first_index(); j < n; j += stride())
+    if (!rules::unscale(g[j], bf16, inv)) bad = true;
+  if (bad) gpu::atomic_ref<std::int32_t, gpu::scope::device>(s->overflow).store(1, gpu::memory_order::relaxed);
+}
+BRAID_KERNEL_BOUNDED(1) void scaler_update_kernel(rules::scaler_state* s, int interval, double growth, double backoff) {
+  rules::scaler_update(*s, s->overflow != 0, interval, growth, backoff);
+  s->overflow = 0;
+}
+BRAID_KERNEL_BOUNDED(threads) void round_kernel(const float* from, float* to, std::int64_t n, bool bf16) {
+  for (std::int64_t j = first_index(); j < n; j += stride()) to[j] = rules::round_to(from[j], bf16);
+}
+
+inline void launched(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) cuda_detail::raise_cuda(e, what, __FILE__, __LINE__);
+}
+
+// A device allocation owned by one object (cudaMalloc; freed by the destructor, errors ignored there).
+template <class E> class device_array {
+public:
+  device_array() = default;
+  explicit device_array(std::size_t count) : n_(count) {
+    if (count > 0) BRAID_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p_), count * sizeof(E)));
+  }
+  device_array(const device_array&) = delete;
+  device_array& operator=(const device_array&) = delete;
+  device_array(device_array&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  device_array& operator=(device_array&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  ~device_array() {
+    if (p_) (void)cudaFree(p_);
+  }
+  E* get() const noexcept { return p_; }
+  std::size_t size() const noexcept { return n_; }
+
+private:
+  E* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+template <class E> device_array<E> upload(const std::vector<E>& v, cudaStream_t stream) {
+  device_array<E> d(v.size());
+  if (!v.empty()) {
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(d.get(), v.data(), v.size() * sizeof(E), cudaMemcpyHostToDevice, stream));
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(stream)); // the host vector may go: once, at construction
+  }
+  return d;
+}
+
+} // namespace detail
+
+// Dynamic loss scaling on the device (the rule of nn::loss_scaler, rules::scaler_update): the scale,
+// the clean-step count and the overflow flag stay in device memory, so a training step needs no host
+// synchronisation. Per step: unscale() each gradient buffer (rounds to the compute type, checks, divides
+// by the scale; an inf or NaN sets the overflow flag), then update() (one thread: halve and skip, or
+// count and maybe grow), then give this scaler to the optimizer's step(), which is skipped when the
+// update saw an overflow. scale(), clean_steps() and skipped() read back and synchronise the stream.
+class loss_scaler {
+public:
+  explicit loss_scaler(cudaStream_t stream, double init = 65536.0, int interval = 2000, double growth = 2.0,
+                       double backoff = 0.5)
+      : stream_(stream), interval_(interval), growth_(growth), backoff_(backoff), state_(1) {
+    if (!(init > 0) || interval < 1 || !(growth >= 1) || !(backoff > 0 && backoff <= 1))
+      raise(errc::invalid_argument, "fused::loss_scaler: needs init > 0, interval >= 1, growth >= 1, 0 < backoff <= 1");
+    rules::scaler_state s;
+    s.scale = init;
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(state_.get(), &s, sizeof s, cudaMemcpyHostToDevice, stream_));
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  // Rounds n float gradients to the compute type (bfloat16 when bf16, else half), checks them, and
+  // divides them by the current scale. Enqueued on the scaler's stream.
+  void unscale(float* grad, std::int64_t n, bool bf16) {
+    if (n < 0 || (n > 0 && grad == nullptr)) raise(errc::invalid_argument, "fused::loss_scaler::unscale: n < 0, or a null buffer");
+    if (n == 0) return;
+    detail::launched(gpu::launch(detail::unscale_kernel, detail::blocks_for(n), detail::threads, 0, stream_, grad, n, bf16, state_.get()),
+                     "fused::loss_scaler::unscale");
+  }
+  // Records this step's outcome (after every unscale of the step).
+  void update() {
+    detail::launched(gpu::launch(detail::scaler_update_kernel, 1, 1, 0, stream_, state_.get(), interval_, growth_, backoff_),
+                     "fused::loss_scaler::update");
+  }
+  rules::scaler_state read() const {
+    rules::scaler_state s;
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(&s, state_.get(), sizeof s, cudaMemcpyDeviceToHost, stream_));
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return s;
+  }
+  double scale() const { return read().scale; }
+  int clean_steps() const { return read().clean; }
+  std::uint64_t skipped() const { return read().skipped; }
+  // Whether the last update let the step through.
+  bool applied() const { return read().applied != 0; }
+  const rules::scaler_state* device_state() const noexcept { return state_.get(); }
+  cudaStream_t stream() const noexcept { return stream_; }
+
+private:
+  cudaStream_t stream_;
+  int interval_;
+  double growth_, backoff_;
+  detail::device_array<rules::scaler_state> state_;
+};
+
+// Rounds n fp32 master weights into the model's copy (to the compute type, stored as float), as
+// mixed_precision::round_into_model does. Enqueued on `stream`.
+inline void round_into(const float* master, float* model, std::int64_t n, bool bf16, cudaStream_t stream) {
+  if (n < 0 || (n > 0 && (master == nullptr || model == nullptr)))
+    raise(errc::invalid_argument, "fused::round_into: n < 0, or a null buffer");
+  if (n == 0) return;
+  detail::launched(gpu::launch(detail::round_kernel, detail::blocks_for(n), detail::threads, 0, stream, master, model, n, bf16),
+                   "fused::round_into");
+}
+
+// An optimizer over one flat buffer: it owns the state (moments) in device memory, zeroed, and the
+// step record. Not copyable; the buffers it was given must outlive it.
+template <class T> class optimizer {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "fused optimizers: float or double master weights");
+
+public:
+  optimizer(const optimizer&) = delete;
+  optimizer& operator=(const optimizer&) = delete;
+  virtual ~optimizer() = default;
+
+  // One update at learning rate lr, enqueued on the stream; skipped on the device when `scaler` is
+  // given and its last update() saw an overflow (the step count then stays).
+  void step(double lr, const loss_scaler* scaler = nullptr) {
+    if (p_.n == 0) return;
+    detail::launched(gpu::launch(detail::begin_step, 1, 1, 0, stream_, record_.get(),
+                                 scaler ? scaler->device_state() : nullptr, beta1_, beta2_),
+                     "fused optimizer: begin_step");
+    update(lr);
+  }
+  virtual std::string name() const = 0;
+  // The steps applied so far (reads back: synchronises the stream).
+  std::int64_t steps() const {
+    detail::step_state s;
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(&s, record_.get(), sizeof s, cudaMemcpyDeviceToHost, stream_));
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return s.t;
+  }
+  // State buffer k (n elements each; momentum, or Adam's m and v), for checkpoints.
+  T* state(std::size_t k) const {
+    if (k >= state_.size()) raise(errc::invalid_argument, "fused optimizer: no state buffer " + std::to_string(k));
+    return state_[k].get();
+  }
+  std::size_t state_count() const noexcept { return state_.size(); }
+  const flat_params<T>& params() const noexcept { return p_; }
+  cudaStream_t stream() const noexcept { return stream_; }
+
+protected:
+  optimizer(flat_params<T> p, int states, cudaStream_t stream, double beta1, double beta2)
+      : p_(std::move(p)), stream_(stream), beta1_(beta1), beta2_(beta2), record_(1) {
+    check(p_);
+    for (int k = 0; k < states; ++k) {
+      state_.emplace_back(std::size_t(p_.n));
+      if (p_.n > 0) BRAID_CUDA_CHECK(cudaMemsetAsync(state_.back().get(), 0, std::size_t(p_.n) * sizeof(T), stream_));
+    }
+    const detail::step_state s;
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(record_.get(), &s, sizeof s, cudaMemcpyHostToDevice, stream_));
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  virtual void update(double lr) = 0;
+
+  static void check(const flat_params<T>& p) {
+    if (p.n < 0) raise(errc::invalid_argument, "fused optimizer: n < 0");
+    if (p.n > 0 && (p.value == nullptr || p.grad == nullptr)) raise(errc::invalid_argument, "fused optimizer: null value or grad buffer");
+    if (p.n > 0 && (p.segments.empty() || p.segments.front() != 0))
+      raise(errc::invalid_argument, "fused optimizer: segments must start with 0 (the first tensor)");
+    for (std::size_t i = 0; i < p.segments.size(); ++i)
+      if (p.segments[i] >= p.n || (i > 0 && p.segments[i] <= p.segments[i - 1]))
+        raise(errc::invalid_argument, "fused optimizer: segment " + std::to_string(i) + " starts at " +
+                                          std::to_string(p.segments[i]) + ": segments must ascend and lie below n = " +
+                                          std::to_string(p.n));
+  }
+
+  flat_params<T> p_;
+  cudaStream_t stream_;
+  double beta1_, beta2_;
+  std::vector<detail::device_array<T>> state_;
+  detail::device_array<detail::step_state> record_;
+};
+
+// SGD (rules::sgd; nn::sgd's options and checks).
+template <class T> class sgd : public optimizer<T> {
+public:
+  sgd(flat_params<T> p, cudaStream_t stream, double momentum = 0, double weight_decay = 0, bool nesterov = false,
+      double dampening = 0)
+      : optimizer<T>(std::move(p), momentum != 0 ? 1 : 0, stream, 0, 0), a_{0, momentum, weight_decay, dampening, nesterov, false} {
+    if (nesterov && (momentum <= 0 || dampening != 0))
+      raise(errc::invalid_argument, "fused::sgd: Nesterov needs momentum > 0 and dampening 0");
+  }
+  std::string name() const override { return a_.nesterov ? "sgd-nesterov" : "sgd"; }
+
+protected:
+  void update(double lr) override {
+    rules::sgd_args a = a_;
+    a.lr = lr;
+    T* buf = this->state_.empty() ? this->p_.value : this->state_[0].get(); // unused without momentum
+    detail::launched(gpu::launch(detail::sgd_kernel<T>, detail::blocks_for(this->p_.n), detail::threads, 0, this->stream_,
+                                 this->p_.value, static_cast<const T*>(this->p_.grad), buf, this->p_.n, a,
+                                 static_cast<const detail::step_state*>(this->record_.get())),
+                     "fused::sgd");
+  }
+
+private:
+  rules::sgd_args a_;
+};
+
+// Adam, or AdamW with decoupled = true (rules::adam).
+template <class T> class adam : public optimizer<T> {
+public:
+  adam(flat_params<T> p, cudaStream_t stream, double weight_decay = 0, bool decoupled = false, double beta1 = 0.9,
+       double beta2 = 0.999, double eps = 1e-8)
+      : optimizer<T>(std::move(p), 2, stream, beta1, beta2), a_{0, weight_decay, beta1, beta2, eps, 1, 1, decoupled} {}
+  std::string name() const override { return a_.decoupled ? "adamw" : "adam"; }
+
+protected:
+  void update(double lr) override {
+    rules::adam_args a = a_;
+    a.lr = lr;
+    detail::launched(gpu::launch(detail::adam_kernel<T>, detail::blocks_for(this->p_.n), detail::threads, 0, this->stream_,
+                                 this->p_.value, static_cast<const T*>(this->p_.grad), this->state_[0].get(),
+                                 this->state_[1].get(), this->p_.n, a, static_cast<const detail::step_state*>(this->record_.get())),
+                     "fused::adam");
+  }
+
+private:
+  rules::adam_args a_;
+};
+
+// LAMB (rules::lamb), the trust ratio per tensor of the segmentation: three kernels per step (sums per
+// chunk, trust per tensor, update).
+template <class T> class lamb : public optimizer<T> {
+public:
+  lamb(flat_params<T> p, cudaStream_t stream, double weight_decay = 0, double beta1 = 0.9, double beta2 = 0.999,
+       double eps = 1e-6)
+      : optimizer<T>(std::move(p), 2, stream, beta1, beta2), a_{weight_decay, beta1, beta2, eps, 1, 1} {
+    // Chunks of at most detail::chunk elements that never straddle two tensors.
+    std::vector<std::int64_t> begin, tensor_of, first_chunk;
+    const auto& seg = this->p_.segments;
+    for (std::size_t i = 0; i < seg.size(); ++i) {
+      first_chunk.push_back(std::int64_t(begin.size()));
+      const std::int64_t end = i + 1 < seg.size() ? seg[i + 1] : this->p_.n;
+      for (std::int64_t b = seg[i]; b < end; b += detail::chunk) {
+        begin.push_back(b);
+        tensor_of.push_back(std::int64_t(i));
+      }
+    }
+    first_chunk.push_back(std::int64_t(begin.size()));
+    chunks_ = begin.size();
+    tensors_ = seg.size();
+    begin.push_back(this->p_.n);
+    chunk_begin_ = detail::upload(begin, this->stream_);
+    chunk_tensor_ = detail::upload(tensor_of, this->stream_);
+    first_chunk_ = detail::upload(first_chunk, this->stream_);
+    partial_ = detail::device_array<double>(2 * chunks_);
+    trust_ = detail::device_array<double>(tensors_);
+  }
+  std::string name() const override { return "lamb"; }
+  // The trust ratio of each tensor at the last applied step (reads back: synchronises the stream).
+  std::vector<double> trust_ratios() const {
+    std::vector<double> t(tensors_);
+    if (tensors_ > 0) {
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(t.data(), trust_.get(), tensors_ * sizeof(double), cudaMemcpyDeviceToHost, this->stream_));
+      BRAID_CUDA_CHECK(cudaStreamSynchronize(this->stream_));
+    }
+    return t;
+  }
+
+protected:
+  void update(double lr) override {
+    const auto* rec = static_cast<const detail::step_state*>(this->record_.get());
+    const T* g = this->p_.grad;
+    detail::launched(gpu::launch(detail::lamb_sums<T>, unsigned(chunks_), detail::threads, 0, this->stream_,
+                                 static_cast<const T*>(this->p_.value), g, static_cast<const T*>(this->state_[0].get()),
+                                 static_cast<const T*>(this->state_[1].get()), static_cast<const std::int64_t*>(chunk_begin_.get()),
+                                 partial_.get(), a_, rec),
+                     "fused::lamb (sums)");
+    detail::launched(gpu::launch(detail::lamb_trust_kernel, detail::blocks_for(std::int64_t(tensors_)), detail::threads, 0,
+                                 this->stream_, static_cast<const double*>(partial_.get()),
+                                 static_cast<const std::int64_t*>(first_chunk_.get()), std::int64_t(tensors_), trust_.get(), rec),
+                     "fused::lamb (trust)");
+    detail::launched(gpu::launch(detail::lamb_apply<T>, unsigned(chunks_), detail::threads, 0, this->stream_, this->p_.value, g,
+                                 this->state_[0].get(), this->state_[1].get(), static_cast<const std::int64_t*>(chunk_begin_.get()),
+                                 static_cast<const std::int64_t*>(chunk_tensor_.get()), static_cast<const double*>(trust_.get()), lr,
+                                 a_, rec),
+                     "fused::lamb (update)");
+  }
+
+private:
+  rules::lamb_args a_;
+  std::size_t chunks_ = 0, tensors_ = 0;
+  detail::device_array<std::int64_t> chunk_begin_, chunk_tensor_, first_chunk_;
+  detail::device_array<double> partial_, trust_;
+};
+
+// Clipping by global norm (nn::clip_grad_norm's rule) over a flat gradient buffer, enqueued on the
+// stream: the norm is computed and applied on the device; norm() reads the last one back.
+template <class T> class grad_clipper {
+public:
+  grad_clipper(T* grad, std::int64_t n, cudaStream_t stream)
+      : g_(grad), n_(n), stream_(stream), chunks_(n > 0 ? std::size_t((n + detail::chunk - 1) / detail::chunk) : 0),
+        partial_(chunks_), out_(2) {
+    if (n < 0 || (n > 0 && grad == nullptr)) raise(errc::invalid_argument, "fused::grad_clipper: n < 0, or a null buffer");
+    BRAID_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, 2 * sizeof(double), stream_));
+  }
+  // Scales the gradients by max_norm / (norm + 1e-6) when their L2 norm exceeds max_norm.
+  void clip(double max_norm) {
+    if (!(max_norm > 0)) raise(errc::invalid_argument, "fused::grad_clipper::clip: max_norm must be > 0");
+    if (n_ == 0) return;
+    detail::launched(gpu::launch(detail::square_sums<T>, unsigned(chunks_), detail::threads, 0, stream_,
+                                 static_cast<const T*>(g_), n_, partial_.get()),
+                     "fused::grad_clipper (sums)");
+    detail::launched(gpu::launch(detail::clip_factor, 1, 1, 0, stream_, static_cast<const double*>(partial_.get()),
+                                 std::int64_t(chunks_), max_norm, out_.get()),
+                     "fused::grad_clipper (norm)");
+    detail::launched(gpu::launch(detail::clip_apply<T>, detail::blocks_for(n_), detail::threads, 0, stream_, g_, n_,
+                                 static_cast<const double*>(out_.get())),
+                     "fused::grad_clipper (scale)");
+  }
+  // The norm before clipping at the last clip() (reads back: synchronises the stream); 0 before any.
+  double norm() const {
+    if (n_ == 0) return 0;
+    double o[2] = {0, 0};
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(o, out_.get(), sizeof o, cudaMemcpyDeviceToHost, stream_));
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return o[0];
+  }
+
+private:
+  T* g_;
+  std::int64_t n_;
+  cudaStream_t stream_;
+  std::size_t chunks_;
+  detail::device_array<double> partial_, out_;
+};
+
+} // namespace braid::nn::fused
