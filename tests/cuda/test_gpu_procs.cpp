@@ -318,9 +318,10 @@ TEST_CASE("device path: reduction orders of process_communicator (host and devic
     if (n < 3) continue;
     REQUIRE_MESSAGE(distinct_devices(n), "the device path needs " << n << " ranks on distinct GPUs: set BRAID_GPU_PROCS_DEVICES");
     // The data tells rank order from its reverse (else the test could not fail).
+    const std::vector<int> order = ord::rank_order(n), backwards = ord::reversed(order);
     bool differs = false;
     for (std::uint64_t g = 0; g < count && !differs; ++g)
-      differs = ord::fold(ord::opk::sum, ord::rank_order(n), g) != ord::fold(ord::opk::sum, ord::reversed(ord::rank_order(n)), g);
+      differs = ord::fold(ord::opk::sum, order, g) != ord::fold(ord::opk::sum, backwards, g);
     REQUIRE(differs);
     for (int path : {1, 2}) {
       struct one { collective coll; algo a; };
@@ -366,7 +367,7 @@ TEST_CASE("device path: reduction orders of process_communicator (host and devic
           gp::to_host(got.data(), dout, count * sizeof(float));
           const std::uint64_t off = rs ? static_cast<std::uint64_t>(r) * count : 0;
           for (std::size_t i = 0; i < count; ++i) {
-            const float want = ord::fold(ord::opk::sum, ord::rank_order(n), off + i);
+            const float want = ord::fold(ord::opk::sum, order, off + i);
             if (std::memcmp(&got[i], &want, sizeof want) != 0) {
               std::fprintf(stderr, "rank %d, path %d, %s %s n=%d: element %zu is %a, rank order gives %a\n", r, path,
                            braid::name(k.coll).data(), braid::name(k.a).data(), n, i, static_cast<double>(got[i]), static_cast<double>(want));

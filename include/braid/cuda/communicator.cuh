@@ -213,7 +213,7 @@ public:
   // Makes every kernel of the group return at its next check (within microseconds).
   void abort() {
     cuda_detail::record_failure({live().abort, cuda_detail::abort_host_slot},
-                                cuda_detail::device_error{static_cast<unsigned>(errc::aborted), rank_, -1, -1, 0, cuda_detail::call_id{}});
+                                cuda_detail::device_error{static_cast<unsigned>(errc::aborted), rank_, -1, cuda_detail::fail_step::aborted, 0, cuda_detail::call_id{}});
   }
 
 

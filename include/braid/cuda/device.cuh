@@ -36,10 +36,20 @@ struct device_error {
   unsigned int code;  // 0 none, else braid::errc
   int rank;           // who gave up
   int peer;           // whom it waited for
-  int step;
+  int step;           // the schedule step it waited at (>= 0), or where outside a step (fail_step)
   u64 waited_ns;
   call_id call;       // the call `rank` was making, if known (a kernel's launch arguments carry it)
 };
+
+// device_error::step of failures found outside a schedule step; raise_recorded words its message by it.
+namespace fail_step {
+inline constexpr int aborted = -1;            // communicator::abort(), process_communicator::abort()
+inline constexpr int overlapping_launch = -3; // a kernel found another launch of its group on its GPU
+inline constexpr int host_arrival = -4;       // the launcher's host wait for the GPU's other ranks timed out
+inline constexpr int launch_refused = -5;     // a call of a rank could not go on (the launcher stopped the group)
+inline constexpr int peer_died = -6;          // process_communicator's watcher saw a peer's process end
+inline constexpr int published = -7;          // process_communicator::publish_failure (a layer over the group)
+} // namespace fail_step
 
 // The group's record has one slot per writer kind, so that no slot is ever claimed by two devices:
 // slot 0 by the host (abort(), the launcher's refusals), slot 1 + k by the kernels of the group's k-th

@@ -114,7 +114,7 @@ BRAID_KERNEL_BOUNDED(512) void collective_kernel(launch_args a, Op op) {
       // Another launch of this group is running on this GPU: two calls overlap (a graph replayed on
       // a stream the group's calls are not ordered with). Their rounds would collide: stop the group.
       record_failure(abort_ref{a.abort, a.abort_slot},
-                     device_error{static_cast<unsigned>(errc::invalid_usage), r, -1, -3, 0, my_call});
+                     device_error{static_cast<unsigned>(errc::invalid_usage), r, -1, fail_step::overlapping_launch, 0, my_call});
     }
     // Written by this rank's previous kernel, which ended before this one began (a relaxed atomic load,
     // as the volatile load it replaces: nothing may be cached from before the launch).

@@ -188,7 +188,7 @@ inline void give_back_locked(device_set& ds, pending_call& c) {
 // every later call raises at once and kernels on other GPUs waiting for this launch give up. `call`
 // is rank `rank`'s call that could not go on.
 inline void stop_group(device_set& ds, int rank, unsigned code, cuda_detail::call_id call) {
-  cuda_detail::record_failure({ds.abort, cuda_detail::abort_host_slot}, cuda_detail::device_error{code, rank, -1, -5, 0, call});
+  cuda_detail::record_failure({ds.abort, cuda_detail::abort_host_slot}, cuda_detail::device_error{code, rank, -1, cuda_detail::fail_step::launch_refused, 0, call});
 }
 
 // Raises the error a kernel (or a host) recorded in a group's abort record, if any. The error names
@@ -208,7 +208,7 @@ inline void raise_recorded(cuda_detail::device_abort* ab, const error_context& c
   error_context c{first.rank >= 0 ? first.rank : caller.rank,
                   named ? name(static_cast<collective>(first.call.coll)).data() : caller.collective,
                   named ? first.call.seq : caller.seq, first.peer >= 0 ? first.peer : caller.peer};
-  if (first.step == -7) // process_communicator::publish_failure: a layer over the group (braid::mpi) found it
+  if (first.step == cuda_detail::fail_step::published) // a layer over the group (braid::mpi) found it
     raise(static_cast<errc>(first.code),
           first.code == static_cast<unsigned>(errc::mismatch)
               ? "mismatched calls across hosts: rank " + std::to_string(first.rank) +
@@ -224,7 +224,7 @@ inline void raise_recorded(cuda_detail::device_abort* ab, const error_context& c
                                  ? " (CUDA_LAUNCH_BLOCKING=1 is set: each launch returns only when its kernel ends, so ranks "
                                    "enqueued by one thread cannot run together; enqueue each rank from its own thread, or unset it)"
                                  : "";
-    if (first.step == -4) // arrive(): the host waited for the other ranks of the GPU to make the call
+    if (first.step == cuda_detail::fail_step::host_arrival) // the host waited for the GPU's other ranks to make the call
       raise(errc::timeout, "rank " + std::to_string(first.rank) + " waited more than the timeout for the other ranks of its GPU "
                                "to make the call (nothing was launched); the group is stopped" + hint, c);
     raise(errc::timeout, "rank " + std::to_string(first.rank) + " waited more than the timeout for rank " +
@@ -238,7 +238,7 @@ inline void raise_recorded(cuda_detail::device_abort* ab, const error_context& c
     raise(errc::mismatch, "mismatched calls: rank " + std::to_string(first.rank) + " found that rank " + std::to_string(first.peer) +
                               "'s call differs from its own in collective, element type, operator, count, root or algorithm "
                               "(or an earlier call of the two ranks did); the group is stopped", c);
-  if (first.code == static_cast<unsigned>(errc::invalid_usage) && first.step == -5)
+  if (first.code == static_cast<unsigned>(errc::invalid_usage) && first.step == cuda_detail::fail_step::launch_refused)
     raise(errc::invalid_usage, "the group was stopped: a call of rank " + std::to_string(first.rank) +
                                    " could not go on (ranks of its GPU disagreed, or a bracket ended without them); "
                                    "create a new group", c);
@@ -486,7 +486,7 @@ inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<devi
     ds.cv.notify_all();
     // Kernels of other GPUs may be waiting for this launch: stop them.
     cuda_detail::record_failure({abort, cuda_detail::abort_host_slot},
-                                cuda_detail::device_error{static_cast<unsigned>(errc::timeout), rank, -1, -4, 0, my_call});
+                                cuda_detail::device_error{static_cast<unsigned>(errc::timeout), rank, -1, cuda_detail::fail_step::host_arrival, 0, my_call});
   }
   if (!c->failure.empty()) raise_failed(*c, ctx);
   join_locked(ds, *c, stream);

@@ -285,7 +285,7 @@ public:
     s.failed.store(true);
     if (s.dev)
       cuda_detail::record_failure({s.dev->abort.rec(), cuda_detail::abort_host_slot},
-                                  cuda_detail::device_error{static_cast<unsigned>(errc::aborted), s.host.rank(), -1, -1, 0, cuda_detail::call_id{}});
+                                  cuda_detail::device_error{static_cast<unsigned>(errc::aborted), s.host.rank(), -1, cuda_detail::fail_step::aborted, 0, cuda_detail::call_id{}});
     try {
       s.host.abort();
     } catch (...) {
@@ -302,9 +302,9 @@ public:
     state& s = live();
     s.failed.store(true);
     if (s.cause.empty()) s.cause = message;
-    if (s.dev) // step -7: published by a layer over the communicator (raise_recorded)
+    if (s.dev)
       cuda_detail::record_failure({s.dev->abort.rec(), cuda_detail::abort_host_slot},
-                                  cuda_detail::device_error{static_cast<unsigned>(code), s.host.rank(), -1, -7, 0, cuda_detail::call_id{}});
+                                  cuda_detail::device_error{static_cast<unsigned>(code), s.host.rank(), -1, cuda_detail::fail_step::published, 0, cuda_detail::call_id{}});
     try {
       s.host.publish_failure(code, message);
     } catch (...) {

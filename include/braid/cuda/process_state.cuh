@@ -148,7 +148,7 @@ struct peer_watch {
         for (std::size_t i = 0; i + 1 < p.size(); ++i)
           if (p[i].revents) {
             cuda_detail::record_failure({rec, cuda_detail::abort_host_slot},
-                                        cuda_detail::device_error{static_cast<unsigned>(errc::peer_failed), me, ranks[i], -6, 0, cuda_detail::call_id{}});
+                                        cuda_detail::device_error{static_cast<unsigned>(errc::peer_failed), me, ranks[i], cuda_detail::fail_step::peer_died, 0, cuda_detail::call_id{}});
             return;
           }
       }
