@@ -1,9 +1,10 @@
 // tests/headers/cuda_calls.cu — what a user's translation unit does with <braid/cuda.cuh>: every
 // collective of both CUDA communicators, for float, double, half, bfloat16 and fp8 and several
-// operators, so that their host paths and kernels are instantiated. tests/headers/other_toolkit.sh
-// compiles it (-c, sm_90) with toolchains other than the build's, and header_check_cuda with the build's
-// nvcc under the strict warning set; it is never linked or run.
+// operators, so that their host paths and kernels are instantiated, and braid::nn's fused optimizers.
+// tests/headers/other_toolkit.sh compiles it (-c, sm_90) with toolchains other than the build's, and
+// header_check_cuda with the build's nvcc under the strict warning set; it is never linked or run.
 #include <braid/cuda.cuh>
+#include <braid/nn/optim_device.cuh>
 
 namespace braid_header_check {
 
@@ -48,3 +49,12 @@ void calls(braid::cuda::communicator& c, braid::cuda::process_communicator& p, c
 }
 
 } // namespace braid_header_check
+
+// braid::nn's fused optimizers, clipping and loss scaling (nn/optim_device.cuh): every kernel
+// instantiated, as a user's training step would (the emulated-device test runs them; nvcc only
+// compiles them here).
+template class braid::nn::fused::sgd<float>;
+template class braid::nn::fused::adam<float>;
+template class braid::nn::fused::lamb<float>;
+template class braid::nn::fused::grad_clipper<float>;
+template class braid::nn::fused::adam<double>;
