@@ -4,6 +4,7 @@
 // tests/headers/other_toolkit.sh compiles it (-c, sm_90) with toolchains other than the build's, and
 // header_check_cuda with the build's nvcc under the strict warning set; it is never linked or run.
 #include <braid/cuda.cuh>
+#include <braid/nn/ddp_device.cuh>
 #include <braid/nn/optim_device.cuh>
 
 namespace braid_header_check {
@@ -58,3 +59,6 @@ template class braid::nn::fused::adam<float>;
 template class braid::nn::fused::lamb<float>;
 template class braid::nn::fused::grad_clipper<float>;
 template class braid::nn::fused::adam<double>;
+// And the DDP bucket reducer (nn/ddp_device.cuh) over both CUDA communicators.
+template class braid::nn::fused::bucket_reducer<braid::cuda::communicator>;
+template class braid::nn::fused::bucket_reducer<braid::cuda::process_communicator>;
