@@ -3,13 +3,16 @@
 // braid::nn::pipeline (GPipe fill and drain over send/recv, M micro-batches per batch). --stages 1
 // trains the same model unsplit on one rank with gradient accumulation over the same micro-batches:
 // the same mathematics, so the two should reach the same accuracy (the weights differ only by float
-// rounding: the gradients of the micro-batches are summed in another order).
+// rounding: the gradients of the micro-batches are summed in another order). With --reverse-micro
+// the unsplit run takes the micro-batches in the order M-1 .. 0, which sums the gradients in the
+// pipeline's order: its weights are then the pipeline's to the bit (the losses --log-every 1 prints
+// agree in all 9 digits), and only the BatchNorm running statistics, updated in that order, differ.
 //
 //   resnet_pipeline --stages 2 --micro 4 --batch 128 --epochs 2 --train-subset 4096
 //
 // Every rank draws the same batches (same sampler seed and augmentation engine), so stage 0 has the
 // images and the last stage the labels without sending them. Prints the mean training loss and the
-// test accuracy after each epoch.
+// test accuracy after each epoch (--log-every S: also the loss of every S-th step, to 9 digits).
 #include <braid/braid.hpp>
 #include <braid/nn.hpp>
 
@@ -29,11 +32,13 @@ namespace {
 
 struct config {
   int stages = 2, micro = 4, epochs = 2, batch = 128, blocks = 3, width = 16, blas_threads = 1;
+  int log_every = 0; // print the step's loss every so many steps (0: never)
   int cut = -1; // the first child of stage 1 (default: the middle basic block)
   double lr = 0.1, wd = 5e-4;
   std::int64_t train_subset = 4096, test_subset = 0; // 0 = all
   std::uint64_t seed = 1;
   bool augment = true;
+  bool reverse = false; // --stages 1: micro-batches in the order M-1 .. 0 (the pipeline's gradient order)
   std::string data_dir = fashion_mnist_dir;
 };
 
@@ -42,7 +47,7 @@ struct config {
                "resnet_pipeline: %s\n"
                "usage: resnet_pipeline [--stages 1|2] [--micro M] [--epochs E] [--batch B] [--lr X] [--wd X]\n"
                "         [--train-subset N] [--test-subset N] [--blocks n] [--width W] [--cut C] [--seed S]\n"
-               "         [--blas-threads T] [--no-augment] [--data DIR]\n",
+               "         [--blas-threads T] [--log-every S] [--reverse-micro] [--no-augment] [--data DIR]\n",
                why);
   std::exit(2);
 }
@@ -75,12 +80,15 @@ config parse(int argc, char** argv) {
     else if (a == "--cut") c.cut = int(num());
     else if (a == "--seed") c.seed = std::uint64_t(num());
     else if (a == "--blas-threads") c.blas_threads = int(num());
+    else if (a == "--log-every") c.log_every = int(num());
     else if (a == "--no-augment") c.augment = false;
+    else if (a == "--reverse-micro") c.reverse = true;
     else if (a == "--data") c.data_dir = val();
     else if (a == "-h" || a == "--help") usage("help");
     else usage(("unknown flag " + a).c_str());
   }
   if (c.stages != 1 && c.stages != 2) usage("--stages: 1 (unsplit) or 2");
+  if (c.reverse && c.stages != 1) usage("--reverse-micro is for --stages 1");
   if (c.micro < 1 || c.batch < c.micro) usage("--micro must be in 1..--batch");
   if (c.epochs < 1) usage("--epochs must be >= 1");
   if (c.blocks < 1) usage("--blocks must be >= 1");
@@ -114,6 +122,7 @@ int main(int argc, char** argv) {
               "wd %g, cosine schedule, %d epoch(s) x %lld steps, seed %llu\n",
               6 * cfg.blocks + 2, cfg.width, 2 * cfg.width, 4 * cfg.width,
               cfg.stages == 2 ? ("2 stages on 2 ranks (threads), cut before child " + std::to_string(cfg.cut)).c_str()
+              : cfg.reverse   ? "unsplit on 1 rank, gradient accumulation over the micro-batches in reverse order"
                               : "unsplit on 1 rank, gradient accumulation",
               cfg.batch, cfg.micro, cfg.lr, cfg.wd, cfg.epochs, (long long)steps_per_epoch, (unsigned long long)cfg.seed);
   std::printf("data: %lld training and %lld test images (%s), augmentation %s; BLAS and oneDNN threads per rank: %d\n",
@@ -153,9 +162,11 @@ int main(int argc, char** argv) {
             correct += double(pp.correct());
           } else { // the unsplit reference: gradient accumulation, micro-batch by micro-batch
             const std::int64_t per = x.numel() / cfg.batch;
-            std::int64_t lo = 0;
-            for (int i = 0; i < cfg.micro; ++i) {
-              const std::int64_t n = cfg.batch / cfg.micro + (i < cfg.batch % cfg.micro ? 1 : 0);
+            for (int ii = 0; ii < cfg.micro; ++ii) {
+              const int i = cfg.reverse ? cfg.micro - 1 - ii : ii;
+              const std::int64_t q = cfg.batch / cfg.micro, r = cfg.batch % cfg.micro;
+              const std::int64_t lo = i * q + std::min<std::int64_t>(i, r);
+              const std::int64_t n = q + (i < r ? 1 : 0);
               tensor xi({n, 1, x.dim(2), x.dim(3)});
               std::memcpy(xi.raw(), x.data<float>() + lo * per, std::size_t(n * per) * sizeof(float));
               const std::vector<std::int32_t> yi(labels.begin() + lo, labels.begin() + lo + n);
@@ -163,10 +174,11 @@ int main(int argc, char** argv) {
               loss += ce.forward(model->forward(xi), yi) * w;
               correct += double(ce.correct());
               model->backward(ce.backward(w));
-              lo += n;
             }
           }
           loss_sum += loss;
+          if (cfg.log_every > 0 && (step + 1) % cfg.log_every == 0 && comm.rank() == 0)
+            std::printf("step %lld loss %.9f\n", (long long)step + 1, loss);
           opt.step(sched.at(step));
         }
         train_secs += std::chrono::duration<double>(clock_type::now() - te).count();

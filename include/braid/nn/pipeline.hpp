@@ -33,8 +33,10 @@
 // fill and writes the copies back after the drain: the running statistics after a step are those of
 // the M fill forwards only, as in the unsplit reference.
 //
-// Gradients are accumulated in the order M-1 .. 0 (the reference's order is 0 .. M-1), so the float
-// sums differ in rounding only; the losses are computed from the same logits and are the same bits.
+// Gradients are accumulated in the order M-1 .. 0 (gradient accumulation's usual order is 0 .. M-1),
+// so the float sums differ in rounding only; the first step's loss is the same bits. An unsplit model
+// that takes the micro-batches in the order M-1 .. 0 ends with the pipeline's weights to the bit
+// (tests/nn/test_pipeline.cpp).
 //
 // Messages. Activations travel as a header of 10 int64 (a magic word, train or eval, M, the
 // micro-batch's index, the element type, the shape's rank and its 4 dimensions) and then the data;
