@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <random>
@@ -796,6 +797,23 @@ public:
     for (auto& m : children_) m->set_grad_hook(h);
   }
   std::size_t size() const { return children_.size(); }
+  // Moves children [first, last) out of this sequential, in order, into a new one (pipeline stages).
+  // The new sequential takes this one's training flag and grad hook; the moved children keep theirs,
+  // which are this one's (add() and the setters give every child its parent's), and their
+  // parameters, buffers and state are the same objects as before (pointers to them stay valid).
+  // This sequential keeps the others, in order. invalid_argument unless first <= last <= size().
+  std::unique_ptr<sequential<T>> extract(std::size_t first, std::size_t last) {
+    detail::require(first <= last && last <= children_.size(),
+                    "sequential::extract: [" + std::to_string(first) + ", " + std::to_string(last) + ") of " +
+                        std::to_string(children_.size()) + " children");
+    auto out = std::make_unique<sequential<T>>();
+    out->training_ = this->training_;
+    out->hook_ = this->hook_;
+    const auto b = children_.begin() + std::ptrdiff_t(first), e = children_.begin() + std::ptrdiff_t(last);
+    out->children_.assign(std::make_move_iterator(b), std::make_move_iterator(e));
+    children_.erase(b, e);
+    return out;
+  }
 
 private:
   std::vector<std::unique_ptr<module<T>>> children_;

@@ -1,0 +1,216 @@
+// resnet_pipeline — the ResNet of resnet_fmnist (ResNet-20 shape by default) trained on Fashion-MNIST
+// with model parallelism: the model cut into two stages, one per rank (threads of this process), with
+// braid::nn::pipeline (GPipe fill and drain over send/recv, M micro-batches per batch). --stages 1
+// trains the same model unsplit on one rank with gradient accumulation over the same micro-batches:
+// the same mathematics, so the two should reach the same accuracy (the weights differ only by float
+// rounding: the gradients of the micro-batches are summed in another order). With --reverse-micro
+// the unsplit run takes the micro-batches in the order M-1 .. 0, which sums the gradients in the
+// pipeline's order: its weights are then the pipeline's to the bit (the losses --log-every 1 prints
+// agree in all 9 digits), and only the BatchNorm running statistics, updated in that order, differ.
+//
+//   resnet_pipeline --stages 2 --micro 4 --batch 128 --epochs 2 --train-subset 4096
+//
+// Every rank draws the same batches (same sampler seed and augmentation engine), so stage 0 has the
+// images and the last stage the labels without sending them. Prints the mean training loss and the
+// test accuracy after each epoch (--log-every S: also the loss of every S-th step, to 9 digits).
+#include <braid/braid.hpp>
+#include <braid/nn.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+using namespace braid::nn;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+struct config {
+  int stages = 2, micro = 4, epochs = 2, batch = 128, blocks = 3, width = 16, blas_threads = 1;
+  int log_every = 0; // print the step's loss every so many steps (0: never)
+  int cut = -1; // the first child of stage 1 (default: the middle basic block)
+  double lr = 0.1, wd = 5e-4;
+  std::int64_t train_subset = 4096, test_subset = 0; // 0 = all
+  std::uint64_t seed = 1;
+  bool augment = true;
+  bool reverse = false; // --stages 1: micro-batches in the order M-1 .. 0 (the pipeline's gradient order)
+  std::string data_dir = fashion_mnist_dir;
+};
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr,
+               "resnet_pipeline: %s\n"
+               "usage: resnet_pipeline [--stages 1|2] [--micro M] [--epochs E] [--batch B] [--lr X] [--wd X]\n"
+               "         [--train-subset N] [--test-subset N] [--blocks n] [--width W] [--cut C] [--seed S]\n"
+               "         [--blas-threads T] [--log-every S] [--reverse-micro] [--no-augment] [--data DIR]\n",
+               why);
+  std::exit(2);
+}
+
+config parse(int argc, char** argv) {
+  config c;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) usage(("missing value for " + a).c_str());
+      return argv[++i];
+    };
+    auto num = [&]() -> double {
+      const std::string v = val();
+      char* end = nullptr;
+      const double d = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end) usage(("not a number: " + a + " " + v).c_str());
+      return d;
+    };
+    if (a == "--stages") c.stages = int(num());
+    else if (a == "--micro") c.micro = int(num());
+    else if (a == "--epochs") c.epochs = int(num());
+    else if (a == "--batch") c.batch = int(num());
+    else if (a == "--lr") c.lr = num();
+    else if (a == "--wd") c.wd = num();
+    else if (a == "--train-subset") c.train_subset = std::int64_t(num());
+    else if (a == "--test-subset") c.test_subset = std::int64_t(num());
+    else if (a == "--blocks") c.blocks = int(num());
+    else if (a == "--width") c.width = int(num());
+    else if (a == "--cut") c.cut = int(num());
+    else if (a == "--seed") c.seed = std::uint64_t(num());
+    else if (a == "--blas-threads") c.blas_threads = int(num());
+    else if (a == "--log-every") c.log_every = int(num());
+    else if (a == "--no-augment") c.augment = false;
+    else if (a == "--reverse-micro") c.reverse = true;
+    else if (a == "--data") c.data_dir = val();
+    else if (a == "-h" || a == "--help") usage("help");
+    else usage(("unknown flag " + a).c_str());
+  }
+  if (c.stages != 1 && c.stages != 2) usage("--stages: 1 (unsplit) or 2");
+  if (c.reverse && c.stages != 1) usage("--reverse-micro is for --stages 1");
+  if (c.micro < 1 || c.batch < c.micro) usage("--micro must be in 1..--batch");
+  if (c.epochs < 1) usage("--epochs must be >= 1");
+  if (c.blocks < 1) usage("--blocks must be >= 1");
+  // resnet(n) has 3n + 5 children: conv, bn, relu, 3n basic blocks, global pooling, linear.
+  if (c.cut < 0) c.cut = 3 + (3 * c.blocks + 1) / 2;
+  if (c.cut < 1 || c.cut >= 3 * c.blocks + 5) usage("--cut must be in 1 .. 3 * blocks + 4");
+  return c;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  const config cfg = parse(argc, argv);
+  image_dataset train, test;
+  try {
+    train = load_fashion_mnist(true, cfg.data_dir);
+    test = load_fashion_mnist(false, cfg.data_dir);
+  } catch (const braid::error& e) {
+    std::fprintf(stderr, "resnet_pipeline: %s\n", e.what());
+    return 1;
+  }
+  if (cfg.train_subset > 0) train = train.head(cfg.train_subset);
+  if (cfg.test_subset > 0) test = test.head(cfg.test_subset);
+  const auto [mean, stdev] = pixel_mean_std(train);
+  blas::set_threads(cfg.blas_threads);
+  const std::int64_t steps_per_epoch = train.n / cfg.batch;
+  if (steps_per_epoch < 1) usage("the training set is smaller than one batch");
+  const std::int64_t total = steps_per_epoch * cfg.epochs;
+  const schedule sched = schedule::cosine_lr(cfg.lr, total, std::max<std::int64_t>(1, total * 3 / 100));
+  std::printf("resnet_pipeline: ResNet-%d (widths %d/%d/%d), %s, batch %d in %d micro-batches, SGD Nesterov lr %g "
+              "wd %g, cosine schedule, %d epoch(s) x %lld steps, seed %llu\n",
+              6 * cfg.blocks + 2, cfg.width, 2 * cfg.width, 4 * cfg.width,
+              cfg.stages == 2 ? ("2 stages on 2 ranks (threads), cut before child " + std::to_string(cfg.cut)).c_str()
+              : cfg.reverse   ? "unsplit on 1 rank, gradient accumulation over the micro-batches in reverse order"
+                              : "unsplit on 1 rank, gradient accumulation",
+              cfg.batch, cfg.micro, cfg.lr, cfg.wd, cfg.epochs, (long long)steps_per_epoch, (unsigned long long)cfg.seed);
+  std::printf("data: %lld training and %lld test images (%s), augmentation %s; BLAS and oneDNN threads per rank: %d\n",
+              (long long)train.n, (long long)test.n, cfg.data_dir.c_str(), cfg.augment ? "crop (pad 2) + flip" : "off",
+              cfg.blas_threads);
+  std::fflush(stdout);
+
+  int rc = 0;
+  try {
+    braid::run_threads(cfg.stages, [&](braid::communicator& comm) {
+      std::mt19937_64 init(cfg.seed);
+      std::unique_ptr<sequential<float>> net = resnet<float>(cfg.blocks, 10, init, 1, cfg.width);
+      std::unique_ptr<sequential<float>> model =
+          cfg.stages == 2 ? take_stage(*net, {std::size_t(cfg.cut)}, comm.rank()) : std::move(net);
+      pipeline<float> pp(*model, comm, cfg.micro);
+      sgd<float> opt(model->parameters(), 0.9, cfg.wd, true);
+      // The same batches on every rank: one sampler order, one augmentation engine per rank, seeded alike.
+      distributed_sampler sampler(train.n, 1, 0, cfg.seed);
+      std::mt19937_64 rng(cfg.seed * 1000003);
+      const augment aug = cfg.augment ? augment{2, true} : augment{};
+      softmax_cross_entropy<float> ce;
+      std::vector<std::int32_t> labels;
+      const auto t0 = clock_type::now();
+      double train_secs = 0; // all epochs' training so far, without the evaluations
+      std::int64_t step = 0;
+      for (int e = 0; e < cfg.epochs; ++e) {
+        const auto te = clock_type::now();
+        model->set_training(true);
+        const auto idx = sampler.indices(e);
+        double loss_sum = 0, correct = 0;
+        for (std::int64_t s = 0; s < steps_per_epoch; ++s, ++step) {
+          tensor x = make_batch(train, idx.data() + s * cfg.batch, cfg.batch, mean, stdev, aug, rng, labels);
+          model->zero_grad();
+          double loss = 0;
+          if (cfg.stages == 2) {
+            loss = pp.train_step(x, labels);
+            correct += double(pp.correct());
+          } else { // the unsplit reference: gradient accumulation, micro-batch by micro-batch
+            const std::int64_t per = x.numel() / cfg.batch;
+            for (int ii = 0; ii < cfg.micro; ++ii) {
+              const int i = cfg.reverse ? cfg.micro - 1 - ii : ii;
+              const std::int64_t q = cfg.batch / cfg.micro, r = cfg.batch % cfg.micro;
+              const std::int64_t lo = i * q + std::min<std::int64_t>(i, r);
+              const std::int64_t n = q + (i < r ? 1 : 0);
+              tensor xi({n, 1, x.dim(2), x.dim(3)});
+              std::memcpy(xi.raw(), x.data<float>() + lo * per, std::size_t(n * per) * sizeof(float));
+              const std::vector<std::int32_t> yi(labels.begin() + lo, labels.begin() + lo + n);
+              const double w = double(n) / double(cfg.batch);
+              loss += ce.forward(model->forward(xi), yi) * w;
+              correct += double(ce.correct());
+              model->backward(ce.backward(w));
+            }
+          }
+          loss_sum += loss;
+          if (cfg.log_every > 0 && (step + 1) % cfg.log_every == 0 && comm.rank() == 0)
+            std::printf("step %lld loss %.9f\n", (long long)step + 1, loss);
+          opt.step(sched.at(step));
+        }
+        train_secs += std::chrono::duration<double>(clock_type::now() - te).count();
+        // Test accuracy, 250 images at a time through the stages.
+        model->set_training(false);
+        double t[2] = {0, 0}; // loss sum, correct (on the last stage)
+        std::vector<std::int64_t> tidx(static_cast<std::size_t>(test.n));
+        for (std::int64_t i = 0; i < test.n; ++i) tidx[std::size_t(i)] = i;
+        for (std::int64_t i = 0; i < test.n; i += 250) {
+          const std::int64_t k = std::min<std::int64_t>(250, test.n - i);
+          tensor x = make_batch(test, tidx.data() + i, k, mean, stdev, augment{}, rng, labels);
+          tensor y = pp.forward(x);
+          if (pp.last()) {
+            t[0] += ce.forward(y, labels) * double(k);
+            t[1] += double(ce.correct());
+          }
+        }
+        if (comm.size() > 1) comm.broadcast(std::span<double>(t, 2), comm.size() - 1);
+        if (comm.rank() == 0) {
+          const double el = std::chrono::duration<double>(clock_type::now() - t0).count();
+          std::printf("epoch %d/%d train loss %.4f train acc %.2f%% test loss %.4f test accuracy %.2f%% (%lld images) "
+                      "elapsed %.1f s (training %.1f s)\n",
+                      e + 1, cfg.epochs, loss_sum / double(steps_per_epoch),
+                      100.0 * correct / double(steps_per_epoch * cfg.batch), t[0] / double(test.n),
+                      100.0 * t[1] / double(test.n), (long long)test.n, el, train_secs);
+          std::fflush(stdout);
+        }
+      }
+    });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "resnet_pipeline: %s\n", e.what());
+    rc = 1;
+  }
+  return rc;
+}
