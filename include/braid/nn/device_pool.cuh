@@ -14,7 +14,10 @@
 //   the next allocate(); never a host-blocking wait on the allocation path).
 // - At every free an event is also recorded on the block's own stream. A block free on stream A
 //   serves a request on stream B (when B's own free list has none of its size) only once that event
-//   has completed, that is, when A has finished every use of it; the block then belongs to B.
+//   has completed, that is, when A has finished every use of it; the block then belongs to B. So a
+//   free costs one cudaEventRecord (plus one per recorded stream; events are pooled, not created
+//   each time), and a request that misses on its own stream queries the free events of that size
+//   class's blocks on other streams until one has completed.
 // - Sizes are rounded up to memory_pool's size classes (powers of two from 256 bytes to 4 MiB, then
 //   whole MiB); each block is one cudaMalloc, so blocks are at least 256-byte aligned. A request is
 //   served only by a block of its own class (no splitting or merging: at most half of a small block
@@ -31,6 +34,9 @@
 //   freed, raises invalid_argument and changes nothing.
 // - Thread-safe: one mutex, held across the CUDA calls the pool makes (a cudaMalloc or release_cached
 //   blocks the other threads' allocate/deallocate meanwhile).
+// - Not for streams being captured into a CUDA graph: cudaMalloc is refused during a capture, and an
+//   event recorded on a capturing stream is a graph node, not a point the pool can query (PyTorch gives
+//   captures private pools; braid has none yet).
 // - Streams passed in must be streams of the pool's device, and must outlive the blocks allocated on
 //   them (cached ones included: release_cached() before destroying a stream, as a new stream may get
 //   the old one's handle and inherit its free list without being ordered after its work).
