@@ -140,13 +140,18 @@ public:
       throw;
     }
     const std::size_t cls = b.size;
+    try { // the list first, so that running out of host memory here also leaves the block in use
+      if (evs.size() == 1) free_[key(cls, b.stream)].push_back(&b);
+      else pending_.push_back(&b);
+    } catch (...) {
+      idle_events_.insert(idle_events_.end(), evs.begin(), evs.end());
+      throw;
+    }
     b.freed = evs.back();
     evs.pop_back();
     b.waits = std::move(evs);
     b.uses.clear();
     b.in_use = false;
-    if (b.waits.empty()) free_[key(cls, b.stream)].push_back(&b);
-    else pending_.push_back(&b);
     stats_.in_use -= cls;
     stats_.cached += cls;
   }
