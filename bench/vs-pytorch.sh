@@ -10,6 +10,7 @@
 # Installs PyTorch into a virtualenv ($VENV, default .venv-bench in the repository root): from
 # PyTorch's CPU wheel index where that answers, else from PyPI (whose torch pulls about 3 GB of CUDA
 # wheels even for CPU use). BRAID_BIN: the trainer (default build/examples/resnet_fmnist/resnet_fmnist).
+# TORCH_ARGS: more arguments for bench/vs_pytorch_resnet.py (e.g. --no-mkldnn: PyTorch without oneDNN).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 passes=${1:-3}
@@ -28,6 +29,7 @@ steps=$((images / 128))
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "# $(date -u) $(nproc) cores; braid $bin ($(git log --oneline -1 | cut -c1-60)); $("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)')"
+[ -n "${TORCH_ARGS:-}" ] && echo "# PyTorch with: $TORCH_ARGS"
 echo "# each run: 1 epoch on the first $images training images, batch 128, test on the first 1000 test images"
 for pass in $(seq 1 "$passes"); do
   for ranks in 1 2; do
@@ -40,7 +42,7 @@ for pass in $(seq 1 "$passes"); do
     echo "pass $pass ranks $ranks threads/rank $threads braid images/s $b_ips test_accuracy $b_acc load1 $load"
     load=$(cut -d' ' -f1 /proc/loadavg)
     "$venv/bin/python" bench/vs_pytorch_resnet.py --ranks "$ranks" --threads "$threads" --batch 128 \
-      --train-subset "$images" --test-subset 1000 > "$tmp/torch" 2>&1 || { cat "$tmp/torch" >&2; exit 1; }
+      --train-subset "$images" --test-subset 1000 ${TORCH_ARGS:-} > "$tmp/torch" 2>&1 || { cat "$tmp/torch" >&2; exit 1; }
     t_ips=$(grep -o 'images/s [0-9.]*' "$tmp/torch" | cut -d' ' -f2)
     t_acc=$(grep -o 'test_accuracy [0-9.]*%' "$tmp/torch" | cut -d' ' -f2)
     params=$(grep -o 'params [0-9]*' "$tmp/torch" | cut -d' ' -f2)

@@ -90,6 +90,8 @@ def make_batch(images, idx, mean, std, rng):
 
 def run(rank, a, port, result):
     torch.set_num_threads(a.threads)
+    if a.no_mkldnn:  # PyTorch's own (non-oneDNN) CPU convolutions, as the comparison did
+        torch.backends.mkldnn.enabled = False
     if a.ranks > 1:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=a.ranks)
     torch.manual_seed(a.seed)
@@ -161,6 +163,7 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--port", type=int, default=29533)
     p.add_argument("--data", default=DATA)
+    p.add_argument("--no-mkldnn", action="store_true", help="torch.backends.mkldnn.enabled = False")
     a = p.parse_args()
     ctx = mp.get_context("spawn")
     result = ctx.Queue()
