@@ -5,6 +5,7 @@
 // header_check_cuda with the build's nvcc under the strict warning set; it is never linked or run.
 #include <braid/cuda.cuh>
 #include <braid/nn/ddp_device.cuh>
+#include <braid/nn/layers_device.cuh>
 #include <braid/nn/optim_device.cuh>
 
 namespace braid_header_check {
@@ -62,3 +63,25 @@ template class braid::nn::fused::adam<double>;
 // And the DDP bucket reducer (nn/ddp_device.cuh) over both CUDA communicators.
 template class braid::nn::fused::bucket_reducer<braid::cuda::communicator>;
 template class braid::nn::fused::bucket_reducer<braid::cuda::process_communicator>;
+
+// And the layer ops on the device (nn/layers_device.cuh): every kernel for float.
+namespace braid_header_check {
+void nn_layer_calls(float* f, std::int32_t* i, double* d, cudaStream_t s) {
+  namespace fused = braid::nn::fused;
+  fused::relu_forward(f, f, 1, s);
+  fused::relu_backward(f, f, f, 1, s);
+  fused::add(f, f, f, 1, s);
+  const auto pg = fused::pool_geometry(1, 4, 4, 2, 2);
+  fused::pool2d_forward<float, true>(f, f, i, pg, s);
+  fused::pool2d_backward<float, true>(f, i, f, pg, s);
+  fused::pool2d_forward<float, false>(f, f, i, pg, s);
+  fused::pool2d_backward<float, false>(f, i, f, pg, s);
+  fused::global_avgpool_forward(f, f, 1, 4, s);
+  fused::global_avgpool_backward(f, f, 1, 4, s);
+  const auto cg = fused::conv_geometry(1, 4, 4, 3, 1, 1);
+  fused::im2col(f, f, cg, s);
+  fused::col2im(f, f, cg, s);
+  fused::softmax_ce_forward(f, i, f, d, i, 1, 2, s);
+  fused::softmax_ce_backward(f, i, f, 1, 2, 1.0, s);
+}
+} // namespace braid_header_check

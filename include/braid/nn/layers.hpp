@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "blas.hpp"
+#include "ops.hpp"
 #include "tensor.hpp"
 #if BRAID_HAVE_DNNL
 #include "onednn.hpp"
@@ -536,23 +537,13 @@ template <class T> class relu : public module<T> {
 public:
   tensor forward(const tensor& x) override {
     y_ = tensor(x.shape(), dtype_of_v<T>);
-    const T* a = x.data<T>();
-    T* b = y_.data<T>();
-    const std::int64_t n = x.numel(); // hoisted: re-read through the stores, it kept the loop scalar
-    for (std::int64_t i = 0; i < n; ++i) b[i] = a[i] > T(0) ? a[i] : T(0);
+    ops::for_each_host(x.numel(), ops::relu_forward<T>{x.data<T>(), y_.data<T>()});
     return y_;
   }
   tensor backward(const tensor& dy) override {
     detail::require(dy.shape() == y_.shape(), "relu: gradient " + dy.shape().str());
     tensor dx(dy.shape(), dtype_of_v<T>);
-    const T* y = y_.data<T>();
-    const T* d = dy.data<T>();
-    T* o = dx.data<T>();
-    const std::int64_t n = dy.numel();
-    for (std::int64_t i = 0; i < n; ++i) { // both loads unconditional, so that the loop vectorises
-      const T g = d[i];
-      o[i] = y[i] > T(0) ? g : T(0);
-    }
+    ops::for_each_host(dy.numel(), ops::relu_backward<T>{y_.data<T>(), dy.data<T>(), dx.data<T>()});
     y_ = tensor();
     return dx;
   }
@@ -565,11 +556,7 @@ private:
 template <class T> tensor add(const tensor& a, const tensor& b) {
   detail::require(a.shape() == b.shape(), "add: " + a.shape().str() + " vs " + b.shape().str());
   tensor y(a.shape(), dtype_of_v<T>);
-  const T* p = a.data<T>();
-  const T* q = b.data<T>();
-  T* r = y.data<T>();
-  const std::int64_t n = a.numel();
-  for (std::int64_t i = 0; i < n; ++i) r[i] = p[i] + q[i];
+  ops::for_each_host(a.numel(), ops::add_forward<T>{a.data<T>(), b.data<T>(), y.data<T>()});
   return y;
 }
 
@@ -587,59 +574,21 @@ public:
     detail::require(ho > 0 && wo > 0, "pool2d: input smaller than the window");
     tensor y({x.dim(0), x.dim(1), ho, wo}, dtype_of_v<T>);
     if (Max) arg_ = std::vector<std::int32_t>(std::size_t(y.numel()));
-    const T* xp = x.data<T>();
-    T* yp = y.data<T>();
-    for (std::int64_t p = 0; p < nc; ++p) {
-      const T* xi = xp + p * h * w;
-      for (int oy = 0; oy < ho; ++oy)
-        for (int ox = 0; ox < wo; ++ox) {
-          const std::int64_t o = (p * ho + oy) * wo + ox;
-          if constexpr (Max) {
-            int best = (oy * s_) * w + ox * s_;
-            for (int i = 0; i < k_; ++i)
-              for (int j = 0; j < k_; ++j) {
-                const int at = (oy * s_ + i) * w + ox * s_ + j;
-                if (xi[at] > xi[best]) best = at;
-              }
-            yp[o] = xi[best];
-            arg_[std::size_t(o)] = best;
-          } else {
-            T sum = 0;
-            for (int i = 0; i < k_; ++i)
-              for (int j = 0; j < k_; ++j) sum += xi[(oy * s_ + i) * w + ox * s_ + j];
-            yp[o] = sum / T(k_ * k_);
-          }
-        }
-    }
+    g_ = ops::pool_shape{nc, h, w, ho, wo, k_, s_};
+    ops::for_each_host(y.numel(), ops::pool_forward<T, Max>{x.data<T>(), y.data<T>(), arg_.data(), g_});
     return y;
   }
   tensor backward(const tensor& dy) override {
-    tensor dx = tensor::zeros(in_, dtype_of_v<T>);
-    const std::int64_t nc = in_[0] * in_[1];
-    const int h = int(in_[2]), w = int(in_[3]);
-    const int ho = int(dy.dim(2)), wo = int(dy.dim(3));
-    const T* d = dy.data<T>();
-    T* dxp = dx.data<T>();
-    for (std::int64_t p = 0; p < nc; ++p) {
-      T* xi = dxp + p * h * w;
-      for (int oy = 0; oy < ho; ++oy)
-        for (int ox = 0; ox < wo; ++ox) {
-          const std::int64_t o = (p * ho + oy) * wo + ox;
-          if constexpr (Max) {
-            xi[arg_[std::size_t(o)]] += d[o];
-          } else {
-            const T g = d[o] / T(k_ * k_);
-            for (int i = 0; i < k_; ++i)
-              for (int j = 0; j < k_; ++j) xi[(oy * s_ + i) * w + ox * s_ + j] += g;
-          }
-        }
-    }
+    detail::require(dy.shape() == shape_t({in_[0], in_[1], g_.ho, g_.wo}), "pool2d: gradient " + dy.shape().str());
+    tensor dx(in_, dtype_of_v<T>);
+    ops::for_each_host(dx.numel(), ops::pool_backward<T, Max>{dy.data<T>(), arg_.data(), dx.data<T>(), g_});
     return dx;
   }
 
 private:
   int k_, s_;
   shape_t in_;
+  ops::pool_shape g_{};
   std::vector<std::int32_t> arg_;
 };
 template <class T> using maxpool2d = pool2d<T, true>;
@@ -674,11 +623,7 @@ public:
       }
       return y;
     }
-    for (std::int64_t p = 0; p < nc; ++p) {
-      T s = 0;
-      for (std::int64_t j = 0; j < hw; ++j) s += xp[p * hw + j];
-      yp[p] = s / T(hw);
-    }
+    ops::for_each_host(nc, ops::global_avgpool_forward<T>{xp, yp, hw});
     return y;
   }
   tensor backward(const tensor& dy) override {
@@ -693,10 +638,7 @@ public:
           for (std::int64_t j = 0; j < b; ++j) o[(g * hw + i) * b + j] = d[g * b + j] / T(hw);
       return dx;
     }
-    for (std::int64_t p = 0; p < nc; ++p) {
-      const T g = d[p] / T(hw);
-      for (std::int64_t j = 0; j < hw; ++j) o[p * hw + j] = g;
-    }
+    ops::for_each_host(nc * hw, ops::global_avgpool_backward<T>{d, o, hw});
     return dx;
   }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ops.hpp"
 #include "tensor.hpp"
 
 namespace braid::nn {
@@ -20,38 +21,25 @@ public:
       raise(errc::invalid_argument, "softmax_cross_entropy: logits " + logits.shape().str() + " for " +
                                         std::to_string(labels.size()) + " labels");
     const std::int64_t n = logits.dim(0), k = logits.dim(1);
+    for (const std::int32_t y : labels)
+      if (y < 0 || y >= k) raise(errc::invalid_argument, "softmax_cross_entropy: label out of range");
     labels_ = labels;
     p_ = tensor(logits.shape(), dtype_of_v<T>);
-    const T* z = logits.data<T>();
-    T* p = p_.data<T>();
-    double total = 0;
+    std::vector<double> loss(std::size_t(n), 0.0);
+    std::vector<std::int32_t> right(std::size_t(n), 0);
+    ops::for_each_host(n, ops::softmax_ce_forward<T>{logits.data<T>(), labels_.data(), p_.data<T>(), loss.data(), right.data(), k});
+    double total = 0; // in row order
     correct_ = 0;
     for (std::int64_t i = 0; i < n; ++i) {
-      const std::int32_t y = labels[std::size_t(i)];
-      if (y < 0 || y >= k) raise(errc::invalid_argument, "softmax_cross_entropy: label out of range");
-      const T* zi = z + i * k;
-      std::int64_t arg = 0;
-      for (std::int64_t j = 1; j < k; ++j)
-        if (zi[j] > zi[arg]) arg = j;
-      if (arg == y) ++correct_;
-      const double mx = double(zi[arg]);
-      double s = 0;
-      for (std::int64_t j = 0; j < k; ++j) s += std::exp(double(zi[j]) - mx);
-      const double lse = mx + std::log(s);
-      for (std::int64_t j = 0; j < k; ++j) p[i * k + j] = T(std::exp(double(zi[j]) - lse));
-      total += lse - double(zi[y]);
+      total += loss[std::size_t(i)];
+      correct_ += right[std::size_t(i)];
     }
     return n ? total / double(n) : 0.0;
   }
   tensor backward(double scale = 1.0) const {
     tensor d(p_.shape(), dtype_of_v<T>);
     const std::int64_t n = p_.dim(0), k = p_.dim(1);
-    const T* p = p_.data<T>();
-    T* g = d.data<T>();
-    const T f = T(scale / double(n));
-    for (std::int64_t i = 0; i < n; ++i)
-      for (std::int64_t j = 0; j < k; ++j)
-        g[i * k + j] = f * (p[i * k + j] - (j == labels_[std::size_t(i)] ? T(1) : T(0)));
+    ops::for_each_host(n * k, ops::softmax_ce_backward<T>{p_.data<T>(), labels_.data(), d.data<T>(), T(scale / double(n)), k});
     return d;
   }
   std::int64_t correct() const noexcept { return correct_; }

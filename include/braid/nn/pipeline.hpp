@@ -278,7 +278,7 @@ private:
     }
   }
 
-  module<T>& stage_;
+  nn::module<T>& stage_; // "nn::": a line that starts with "module" is a C++20 module directive to nvcc (#3189)
   communicator& comm_;
   int m_, rank_, size_;
   softmax_cross_entropy<T> ce_;

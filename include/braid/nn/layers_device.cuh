@@ -1,0 +1,120 @@
+// braid/nn/layers_device.cuh — braid::nn's hand-written layer arithmetic on a CUDA device: the ops of
+// nn/ops.hpp (the same text the host layers run), each launched as one kernel over its output
+// elements on a stream. Issue 16, item 1, first part: functions over device pointers and explicit
+// shapes; the device tensors, the GEMM layers (conv2d's GEMMs and linear, through cuBLAS), batch norm
+// and the modules that would hold them are not written yet. Namespace braid::nn::fused.
+//
+//   for_each(n, op, stream)        op(i) for i in [0, n), one thread per i (grid-stride), any op of ops.hpp
+//   relu_forward / relu_backward / add / pool2d_forward / pool2d_backward / global_avgpool_forward /
+//   global_avgpool_backward / im2col / col2im / softmax_ce_forward / softmax_ce_backward:
+//                                  the layer's step over device buffers, enqueued on the stream
+//
+// Every call only enqueues (no host synchronisation); a launch the runtime refuses raises cuda_error.
+// Sizes are checked (negative counts, shapes that give no output: invalid_argument), pointers are not
+// (they must be device memory of the stream's device). The results are the host layers' bits on the
+// emulated device, and on a GPU up to nvcc's contraction of multiply-adds (ops.hpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "../core/error.hpp"
+#include "../cuda/check.cuh"
+#include "../cuda/kernel.cuh"
+#include "ops.hpp"
+
+namespace braid::nn::fused {
+
+namespace detail {
+constexpr unsigned op_threads = 256;
+constexpr std::int64_t op_max_blocks = 4096;
+
+template <class Op> BRAID_KERNEL_BOUNDED(op_threads) void for_each_kernel(std::int64_t n, Op op) {
+  const std::int64_t step = std::int64_t(gpu::grid_size()) * op_threads;
+  for (std::int64_t i = std::int64_t(gpu::block_index()) * op_threads + gpu::thread_index(); i < n; i += step) op(i);
+}
+
+inline void require_shape(bool ok, const char* what) {
+  if (!ok) raise(errc::invalid_argument, std::string("nn::fused: ") + what);
+}
+} // namespace detail
+
+// op(i) for every i in [0, n), on `stream`.
+template <class Op> void for_each(std::int64_t n, const Op& op, cudaStream_t stream) {
+  detail::require_shape(n >= 0, "for_each: n < 0");
+  if (n == 0) return;
+  const std::int64_t want = (n + detail::op_threads - 1) / detail::op_threads;
+  const unsigned blocks = unsigned(want < detail::op_max_blocks ? want : detail::op_max_blocks);
+  const cudaError_t e = gpu::launch(detail::for_each_kernel<Op>, blocks, detail::op_threads, 0, stream, n, op);
+  if (e != cudaSuccess) cuda_detail::raise_cuda(e, "nn::fused::for_each", __FILE__, __LINE__);
+}
+
+template <class T> void relu_forward(const T* x, T* y, std::int64_t n, cudaStream_t s) {
+  for_each(n, ops::relu_forward<T>{x, y}, s);
+}
+template <class T> void relu_backward(const T* y, const T* dy, T* dx, std::int64_t n, cudaStream_t s) {
+  for_each(n, ops::relu_backward<T>{y, dy, dx}, s);
+}
+template <class T> void add(const T* a, const T* b, T* y, std::int64_t n, cudaStream_t s) {
+  for_each(n, ops::add_forward<T>{a, b, y}, s);
+}
+
+// Pooling geometry for [n*c planes of h x w], k x k windows, stride s (the host pool2d's rules).
+inline ops::pool_shape pool_geometry(std::int64_t nc, int h, int w, int k, int stride) {
+  detail::require_shape(nc >= 0 && h > 0 && w > 0 && k > 0 && stride > 0, "pool2d: bad geometry");
+  const int ho = (h - k) / stride + 1, wo = (w - k) / stride + 1;
+  detail::require_shape(h >= k && w >= k && ho > 0 && wo > 0, "pool2d: input smaller than the window");
+  return ops::pool_shape{nc, h, w, ho, wo, k, stride};
+}
+// arg: nc*ho*wo int32 (max pooling; unused for average pooling).
+template <class T, bool Max>
+void pool2d_forward(const T* x, T* y, std::int32_t* arg, const ops::pool_shape& g, cudaStream_t s) {
+  for_each(g.nc * g.ho * g.wo, ops::pool_forward<T, Max>{x, y, arg, g}, s);
+}
+template <class T, bool Max>
+void pool2d_backward(const T* dy, const std::int32_t* arg, T* dx, const ops::pool_shape& g, cudaStream_t s) {
+  for_each(g.nc * g.h * g.w, ops::pool_backward<T, Max>{dy, arg, dx, g}, s);
+}
+
+template <class T> void global_avgpool_forward(const T* x, T* y, std::int64_t nc, std::int64_t hw, cudaStream_t s) {
+  detail::require_shape(nc >= 0 && hw > 0, "global_avgpool: bad shape");
+  for_each(nc, ops::global_avgpool_forward<T>{x, y, hw}, s);
+}
+template <class T> void global_avgpool_backward(const T* dy, T* dx, std::int64_t nc, std::int64_t hw, cudaStream_t s) {
+  detail::require_shape(nc >= 0 && hw > 0, "global_avgpool: bad shape");
+  for_each(nc * hw, ops::global_avgpool_backward<T>{dy, dx, hw}, s);
+}
+
+// Convolution geometry (the host conv2d's rules).
+inline ops::conv_shape conv_geometry(int c, int h, int w, int k, int stride, int pad) {
+  detail::require_shape(c > 0 && h > 0 && w > 0 && k > 0 && stride > 0 && pad >= 0, "conv2d: bad geometry");
+  const int ho = (h + 2 * pad - k) / stride + 1, wo = (w + 2 * pad - k) / stride + 1;
+  detail::require_shape(h + 2 * pad >= k && w + 2 * pad >= k && ho > 0 && wo > 0, "conv2d: input smaller than the kernel");
+  return ops::conv_shape{c, h, w, k, stride, pad, ho, wo};
+}
+// One image: x [c, h, w] -> col [c*k*k, ho*wo].
+template <class T> void im2col(const T* x, T* col, const ops::conv_shape& g, cudaStream_t s) {
+  for_each(std::int64_t(g.c) * g.k * g.k * g.ho * g.wo, ops::im2col<T>{x, col, g}, s);
+}
+// One image: col [c*k*k, ho*wo] -> dx [c, h, w] (overwritten, not added to).
+template <class T> void col2im(const T* col, T* dx, const ops::conv_shape& g, cudaStream_t s) {
+  for_each(std::int64_t(g.c) * g.h * g.w, ops::col2im<T>{col, dx, g}, s);
+}
+
+// Softmax cross-entropy over [n, k] logits: probabilities p, per-row losses (double) and per-row
+// "arg-max is the label" flags; the mean loss is the sum of the row losses in row order over n (read
+// them back to get it). Labels must lie in [0, k): not checked on the device.
+template <class T>
+void softmax_ce_forward(const T* z, const std::int32_t* labels, T* p, double* row_loss, std::int32_t* row_right, std::int64_t n,
+                        std::int64_t k, cudaStream_t s) {
+  detail::require_shape(n >= 0 && k > 0, "softmax_ce: bad shape");
+  for_each(n, ops::softmax_ce_forward<T>{z, labels, p, row_loss, row_right, k}, s);
+}
+// d(scale * mean loss)/dlogits.
+template <class T>
+void softmax_ce_backward(const T* p, const std::int32_t* labels, T* g, std::int64_t n, std::int64_t k, double scale, cudaStream_t s) {
+  detail::require_shape(n > 0 && k > 0, "softmax_ce: bad shape");
+  for_each(n * k, ops::softmax_ce_backward<T>{p, labels, g, T(scale / double(n)), k}, s);
+}
+
+} // namespace braid::nn::fused

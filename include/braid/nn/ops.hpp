@@ -1,0 +1,219 @@
+// braid/nn/ops.hpp — the per-element arithmetic of braid::nn's hand-written layers, written once for
+// the host loops (layers.hpp, loss.hpp) and the device kernels (layers_device.cuh). Issue 16, item 1:
+// one text per layer where one text can serve.
+//
+// Each op is a small struct of pointers and sizes with a BRAID_HD operator()(i) that computes ONE
+// output element i (host: a loop over i; device: one thread per i, grid-stride). An output element is
+// never written by two i, and every sum an element needs is taken inside its own call in a fixed order,
+// so the host and the device compute the same bits (same compiler and no contraction on the emulated
+// device; on a GPU, nvcc may contract multiply-adds) and the device needs no atomics. Where the host
+// layer used to scatter (pooling's and col2im's backward), the op gathers, in the order the scatter
+// added, so the host's bits did not change when it moved onto these ops.
+//
+// What is NOT here, and why: the GEMMs (conv2d and linear: a BLAS, cuBLAS on the device), the
+// channel statistics of batchnorm2d (a reduction over N*H*W, which a GPU needs as a tree over a block,
+// not as the host's sequential sum), the fast row-wise im2col of the host conv (std::copy runs; the
+// device uses im2col below, element by element: both are tested against each other), and everything
+// oneDNN does on the host.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "../core/config.hpp"
+
+namespace braid::nn::ops {
+
+// y = max(x, 0)
+template <class T> struct relu_forward {
+  const T* x;
+  T* y;
+  BRAID_HD void operator()(std::int64_t i) const { y[i] = x[i] > T(0) ? x[i] : T(0); }
+};
+// dx = dy where the forward output was positive, else 0 (both loads unconditional, so that the host
+// loop vectorises)
+template <class T> struct relu_backward {
+  const T* y;
+  const T* dy;
+  T* dx;
+  BRAID_HD void operator()(std::int64_t i) const {
+    const T g = dy[i];
+    dx[i] = y[i] > T(0) ? g : T(0);
+  }
+};
+// y = a + b
+template <class T> struct add_forward {
+  const T* a;
+  const T* b;
+  T* y;
+  BRAID_HD void operator()(std::int64_t i) const { y[i] = a[i] + b[i]; }
+};
+
+// k x k windows with stride s over nc planes of h x w (no padding; a partial window at the edge is
+// dropped): ho = (h - k) / s + 1, wo likewise.
+struct pool_shape {
+  std::int64_t nc;
+  int h, w, ho, wo, k, s;
+};
+// One output of max pooling (the first maximum in row-major window order; arg = its offset in the
+// plane) or average pooling.
+template <class T, bool Max> struct pool_forward {
+  const T* x;
+  T* y;
+  std::int32_t* arg; // max only
+  pool_shape g;
+  BRAID_HD void operator()(std::int64_t o) const {
+    const std::int64_t plane = std::int64_t(g.ho) * g.wo;
+    const std::int64_t p = o / plane;
+    const int r = int(o - p * plane), oy = r / g.wo, ox = r - oy * g.wo;
+    const T* xi = x + p * g.h * g.w;
+    if constexpr (Max) {
+      int best = (oy * g.s) * g.w + ox * g.s;
+      for (int i = 0; i < g.k; ++i)
+        for (int j = 0; j < g.k; ++j) {
+          const int at = (oy * g.s + i) * g.w + ox * g.s + j;
+          if (xi[at] > xi[best]) best = at;
+        }
+      y[o] = xi[best];
+      arg[o] = best;
+    } else {
+      T sum = 0;
+      for (int i = 0; i < g.k; ++i)
+        for (int j = 0; j < g.k; ++j) sum += xi[(oy * g.s + i) * g.w + ox * g.s + j];
+      y[o] = sum / T(g.k * g.k);
+    }
+  }
+};
+// One input gradient of pooling, gathered from the outputs whose windows hold it, in output order
+// (what a scatter over the outputs in order adds, in the same order).
+template <class T, bool Max> struct pool_backward {
+  const T* dy;
+  const std::int32_t* arg; // max only
+  T* dx;
+  pool_shape g;
+  BRAID_HD void operator()(std::int64_t e) const {
+    const std::int64_t plane = std::int64_t(g.h) * g.w;
+    const std::int64_t p = e / plane;
+    const int at = int(e - p * plane), iy = at / g.w, ix = at - iy * g.w;
+    // Outputs oy with oy*s <= iy < oy*s + k, likewise ox.
+    const int oy0 = iy - g.k + 1 <= 0 ? 0 : (iy - g.k + 1 + g.s - 1) / g.s, oy1 = iy / g.s < g.ho - 1 ? iy / g.s : g.ho - 1;
+    const int ox0 = ix - g.k + 1 <= 0 ? 0 : (ix - g.k + 1 + g.s - 1) / g.s, ox1 = ix / g.s < g.wo - 1 ? ix / g.s : g.wo - 1;
+    T acc = 0;
+    for (int oy = oy0; oy <= oy1; ++oy)
+      for (int ox = ox0; ox <= ox1; ++ox) {
+        const std::int64_t o = (p * g.ho + oy) * g.wo + ox;
+        if constexpr (Max) {
+          if (arg[o] == at) acc += dy[o];
+        } else {
+          acc += dy[o] / T(g.k * g.k);
+        }
+      }
+    dx[e] = acc;
+  }
+};
+
+// [N, C, H, W] -> [N, C]: one plane's mean (a sequential sum).
+template <class T> struct global_avgpool_forward {
+  const T* x;
+  T* y;
+  std::int64_t hw;
+  BRAID_HD void operator()(std::int64_t p) const {
+    T s = 0;
+    for (std::int64_t j = 0; j < hw; ++j) s += x[p * hw + j];
+    y[p] = s / T(hw);
+  }
+};
+template <class T> struct global_avgpool_backward {
+  const T* dy;
+  T* dx;
+  std::int64_t hw;
+  BRAID_HD void operator()(std::int64_t e) const { dx[e] = dy[e / hw] / T(hw); }
+};
+
+// Convolution geometry: c input channels of h x w, k x k kernel, stride s, padding pad; ho x wo out.
+struct conv_shape {
+  int c, h, w, k, s, pad, ho, wo;
+};
+// One element of one image's column matrix [c*k*k, ho*wo]:
+// col[(ch*k + ki)*k + kj][oy*wo + ox] = x[ch][oy*s - pad + ki][ox*s - pad + kj], 0 outside.
+template <class T> struct im2col {
+  const T* x; // one image, [c, h, w]
+  T* col;
+  conv_shape g;
+  BRAID_HD void operator()(std::int64_t e) const {
+    const std::int64_t hw = std::int64_t(g.ho) * g.wo;
+    const std::int64_t row = e / hw;
+    const int q = int(e - row * hw), oy = q / g.wo, ox = q - oy * g.wo;
+    const int kj = int(row % g.k), ki = int((row / g.k) % g.k), ch = int(row / (std::int64_t(g.k) * g.k));
+    const int iy = oy * g.s - g.pad + ki, ix = ox * g.s - g.pad + kj;
+    col[e] = (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) ? x[(std::int64_t(ch) * g.h + iy) * g.w + ix] : T(0);
+  }
+};
+// One input gradient of one image, gathered from the column matrix over (ki, kj) in order (what the
+// host's col2im adds to each element, in its order).
+template <class T> struct col2im {
+  const T* col;
+  T* dx; // one image, [c, h, w]
+  conv_shape g;
+  BRAID_HD void operator()(std::int64_t e) const {
+    const std::int64_t plane = std::int64_t(g.h) * g.w;
+    const int ch = int(e / plane);
+    const int at = int(e - std::int64_t(ch) * plane), iy = at / g.w, ix = at - iy * g.w;
+    const std::int64_t hw = std::int64_t(g.ho) * g.wo;
+    T acc = 0;
+    for (int ki = 0; ki < g.k; ++ki) {
+      const int ty = iy + g.pad - ki; // = oy * s
+      if (ty < 0 || ty % g.s != 0 || ty / g.s >= g.ho) continue;
+      for (int kj = 0; kj < g.k; ++kj) {
+        const int tx = ix + g.pad - kj;
+        if (tx < 0 || tx % g.s != 0 || tx / g.s >= g.wo) continue;
+        acc += col[(std::int64_t(ch * g.k + ki) * g.k + kj) * hw + (ty / g.s) * g.wo + tx / g.s];
+      }
+    }
+    dx[e] = acc;
+  }
+};
+
+// Softmax cross-entropy, one row of [n, k] logits: the probabilities, the row's loss
+// (log-sum-exp minus the label's logit, in double) and whether its first arg-max is the label.
+template <class T> struct softmax_ce_forward {
+  const T* z;
+  const std::int32_t* labels;
+  T* p;
+  double* loss;         // per row
+  std::int32_t* right;  // per row: 1 when the arg-max is the label
+  std::int64_t k;
+  BRAID_HD void operator()(std::int64_t i) const {
+    const T* zi = z + i * k;
+    const std::int32_t y = labels[i];
+    std::int64_t arg = 0;
+    for (std::int64_t j = 1; j < k; ++j)
+      if (zi[j] > zi[arg]) arg = j;
+    right[i] = arg == y ? 1 : 0;
+    const double mx = double(zi[arg]);
+    double s = 0;
+    for (std::int64_t j = 0; j < k; ++j) s += ::exp(double(zi[j]) - mx);
+    const double lse = mx + ::log(s);
+    for (std::int64_t j = 0; j < k; ++j) p[i * k + j] = T(::exp(double(zi[j]) - lse));
+    loss[i] = lse - double(zi[y]);
+  }
+};
+// d(scale * mean loss)/dlogits = f * (p - onehot), f = scale / n, one element.
+template <class T> struct softmax_ce_backward {
+  const T* p;
+  const std::int32_t* labels;
+  T* g;
+  T f;
+  std::int64_t k;
+  BRAID_HD void operator()(std::int64_t e) const {
+    const std::int64_t i = e / k, j = e - i * k;
+    g[e] = f * (p[e] - (j == labels[i] ? T(1) : T(0)));
+  }
+};
+
+// Host: runs op(i) for i in [0, n).
+template <class Op> inline void for_each_host(std::int64_t n, const Op& op) {
+  for (std::int64_t i = 0; i < n; ++i) op(i);
+}
+
+} // namespace braid::nn::ops

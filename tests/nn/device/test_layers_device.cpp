@@ -1,0 +1,207 @@
+// tests/nn/device/test_layers_device.cpp — nn/layers_device.cuh on the emulated CUDA device against the
+// host layers of braid::nn (layers.hpp, loss.hpp), which run the same ops (nn/ops.hpp): ReLU, the
+// residual add, max and average pooling with overlapping windows, global average pooling and softmax
+// cross-entropy, forward and backward, bit for bit; and a double convolution assembled on the device
+// from im2col, the emulated cuBLAS's DGEMM and col2im, against the host conv2d<double> (its im2col +
+// BLAS path), forward and backward, within a few units in the last place (the GEMMs are laid out
+// differently). Emulated device only: no GPU ran this.
+#include <doctest/doctest.h>
+
+#include <braid/emu/cublas.hpp>
+#include <braid/nn/layers.hpp>
+#include <braid/nn/layers_device.cuh>
+#include <braid/nn/loss.hpp>
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+using namespace braid::nn;
+
+namespace {
+
+#define EMU_OK(expr) REQUIRE_EQ((expr), cudaSuccess)
+
+// A device copy of a host tensor (or of n elements), freed at scope end.
+template <class T> struct dev {
+  T* p = nullptr;
+  std::int64_t n = 0;
+  explicit dev(std::int64_t count) : n(count) { EMU_OK(cudaMalloc(reinterpret_cast<void**>(&p), std::size_t(count > 0 ? count : 1) * sizeof(T))); }
+  explicit dev(const tensor& t) : dev(t.numel()) {
+    EMU_OK(cudaMemcpy(p, t.data<T>(), std::size_t(n) * sizeof(T), cudaMemcpyHostToDevice));
+    EMU_OK(cudaDeviceSynchronize());
+  }
+  ~dev() { cudaFree(p); }
+  dev(const dev&) = delete;
+  dev& operator=(const dev&) = delete;
+  std::vector<T> host() const {
+    std::vector<T> v(static_cast<std::size_t>(n));
+    EMU_OK(cudaDeviceSynchronize());
+    EMU_OK(cudaMemcpy(v.data(), p, v.size() * sizeof(T), cudaMemcpyDeviceToHost));
+    return v;
+  }
+};
+
+template <class T> tensor random_tensor(shape_t s, std::mt19937_64& rng) {
+  tensor t(s, braid::dtype_of_v<T>);
+  std::normal_distribution<double> nd(0, 1);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.data<T>()[i] = T(nd(rng));
+  return t;
+}
+template <class T> bool same(const std::vector<T>& d, const tensor& h) {
+  return std::int64_t(d.size()) == h.numel() && std::memcmp(d.data(), h.data<T>(), d.size() * sizeof(T)) == 0;
+}
+
+struct stream_fixture {
+  cudaStream_t s = nullptr;
+  stream_fixture() { EMU_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~stream_fixture() {
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+  }
+};
+
+template <bool Max> void check_pool(std::mt19937_64& rng, cudaStream_t s) {
+  // Overlapping windows (3 x 3, stride 2) on 11 x 9 planes: the last column of windows is partial and dropped.
+  pool2d<float, Max> layer(3, 2);
+  const tensor x = random_tensor<float>({2, 3, 11, 9}, rng);
+  const tensor y = layer.forward(x);
+  const tensor dy = random_tensor<float>(y.shape(), rng);
+  const tensor dx = layer.backward(dy);
+  dev<float> dx_in(x), d_y(y.numel()), d_dy(dy), d_dx(x.numel());
+  dev<std::int32_t> arg(y.numel());
+  const ops::pool_shape g = fused::pool_geometry(6, 11, 9, 3, 2);
+  CHECK(g.ho == 5);
+  CHECK(g.wo == 4);
+  fused::pool2d_forward<float, Max>(dx_in.p, d_y.p, arg.p, g, s);
+  fused::pool2d_backward<float, Max>(d_dy.p, arg.p, d_dx.p, g, s);
+  CHECK(same(d_y.host(), y));
+  CHECK(same(d_dx.host(), dx));
+}
+
+} // namespace
+
+TEST_CASE("device layers: ReLU, add, pooling, global average pooling and softmax cross-entropy give the host layers' bits") {
+  std::mt19937_64 rng(7);
+  stream_fixture f;
+  {
+    relu<float> layer;
+    const tensor x = random_tensor<float>({4, 5, 6, 7}, rng);
+    const tensor y = layer.forward(x);
+    const tensor dy = random_tensor<float>(x.shape(), rng);
+    const tensor dx = layer.backward(dy);
+    dev<float> d_x(x), d_y(x.numel()), d_dy(dy), d_dx(x.numel());
+    fused::relu_forward(d_x.p, d_y.p, x.numel(), f.s);
+    fused::relu_backward(d_y.p, d_dy.p, d_dx.p, x.numel(), f.s);
+    CHECK(same(d_y.host(), y));
+    CHECK(same(d_dx.host(), dx));
+    const tensor b = random_tensor<float>(x.shape(), rng);
+    dev<float> d_b(b), d_sum(x.numel());
+    fused::add(d_x.p, d_b.p, d_sum.p, x.numel(), f.s);
+    CHECK(same(d_sum.host(), add<float>(x, b)));
+  }
+  check_pool<true>(rng, f.s);
+  check_pool<false>(rng, f.s);
+  {
+    global_avgpool<double> layer;
+    const tensor x = random_tensor<double>({3, 4, 5, 6}, rng);
+    const tensor y = layer.forward(x);
+    const tensor dy = random_tensor<double>(y.shape(), rng);
+    const tensor dx = layer.backward(dy);
+    dev<double> d_x(x), d_y(y.numel()), d_dy(dy), d_dx(x.numel());
+    fused::global_avgpool_forward(d_x.p, d_y.p, 12, 30, f.s);
+    fused::global_avgpool_backward(d_dy.p, d_dx.p, 12, 30, f.s);
+    CHECK(same(d_y.host(), y));
+    CHECK(same(d_dx.host(), dx));
+  }
+  {
+    softmax_cross_entropy<float> ce;
+    const tensor z = random_tensor<float>({37, 10}, rng);
+    std::vector<std::int32_t> labels(37);
+    for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = std::int32_t((i * 7 + 3) % 10);
+    const double loss = ce.forward(z, labels);
+    const tensor g = ce.backward(0.5);
+    dev<float> d_z(z), d_p(z.numel()), d_g(z.numel());
+    dev<std::int32_t> d_labels(37), d_right(37);
+    dev<double> d_loss(37);
+    EMU_OK(cudaMemcpy(d_labels.p, labels.data(), labels.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
+    EMU_OK(cudaDeviceSynchronize());
+    fused::softmax_ce_forward(d_z.p, d_labels.p, d_p.p, d_loss.p, d_right.p, 37, 10, f.s);
+    fused::softmax_ce_backward(d_p.p, d_labels.p, d_g.p, 37, 10, 0.5, f.s);
+    double total = 0;
+    std::int64_t correct = 0;
+    const std::vector<double> rows = d_loss.host();
+    const std::vector<std::int32_t> right = d_right.host();
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      total += rows[i];
+      correct += right[i];
+    }
+    CHECK(total / 37 == loss); // the same bits
+    CHECK(correct == ce.correct());
+    CHECK(same(d_g.host(), g));
+  }
+}
+
+TEST_CASE("device convolution from im2col, DGEMM and col2im equals the host conv2d<double>") {
+  std::mt19937_64 rng(11);
+  stream_fixture f;
+  for (const auto& [c, o, k, stride, pad, h, w] : std::vector<std::array<int, 7>>{{3, 4, 3, 1, 1, 8, 7}, {2, 5, 3, 2, 1, 9, 9}, {4, 3, 1, 2, 0, 6, 5}}) {
+    std::mt19937_64 init(5);
+    conv2d<double> layer(c, o, k, stride, pad, false, init);
+    const int n = 2;
+    const tensor x = random_tensor<double>({n, c, h, w}, rng);
+    const tensor y = layer.forward(x);
+    const tensor dy = random_tensor<double>(y.shape(), rng);
+    const tensor dx = layer.backward(dy);
+    const ops::conv_shape g = fused::conv_geometry(c, h, w, k, stride, pad);
+    REQUIRE(g.ho == y.dim(2));
+    REQUIRE(g.wo == y.dim(3));
+    const int ck = c * k * k, hw = g.ho * g.wo;
+    dev<double> d_x(x), d_w(layer.weight().value), d_y(y.numel()), d_dy(dy), d_dx(x.numel()), d_col(std::int64_t(ck) * hw),
+        d_dw(std::int64_t(o) * ck);
+    EMU_OK(cudaMemsetAsync(d_dw.p, 0, std::size_t(o) * std::size_t(ck) * sizeof(double), f.s));
+    cublasHandle_t blas = nullptr;
+    REQUIRE(cublasCreate(&blas) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(cublasSetStream(blas, f.s) == CUBLAS_STATUS_SUCCESS);
+    const double one = 1, zero = 0;
+    for (int i = 0; i < n; ++i) {
+      const double* xi = d_x.p + std::int64_t(i) * c * h * w;
+      double* yi = d_y.p + std::int64_t(i) * o * hw;
+      const double* dyi = d_dy.p + std::int64_t(i) * o * hw;
+      fused::im2col(xi, d_col.p, g, f.s);
+      // Row-major y[o, hw] = W[o, ck] col[ck, hw]: column-major y^T = col^T W^T.
+      REQUIRE(cublasDgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, hw, o, ck, &one, d_col.p, hw, d_w.p, ck, &zero, yi, hw) == CUBLAS_STATUS_SUCCESS);
+      // dW[o, ck] += dy[o, hw] col^T: column-major dW^T = col dy^T... as (ck x o) = (ck x hw)(hw x o).
+      REQUIRE(cublasDgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, ck, o, hw, &one, d_col.p, hw, dyi, hw, &one, d_dw.p, ck) == CUBLAS_STATUS_SUCCESS);
+      // col = W^T dy: column-major col^T (hw x ck) = dy^T (hw x o) W (o x ck).
+      REQUIRE(cublasDgemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, hw, ck, o, &one, dyi, hw, d_w.p, ck, &zero, d_col.p, hw) == CUBLAS_STATUS_SUCCESS);
+      fused::col2im(d_col.p, d_dx.p + std::int64_t(i) * c * h * w, g, f.s);
+    }
+    auto close = [](const std::vector<double>& a, const tensor& b) {
+      double worst = 0;
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        const double ref = b.data<double>()[i];
+        worst = std::max(worst, std::abs(a[i] - ref) / std::max(std::abs(ref), 1e-300));
+      }
+      return worst;
+    };
+    const double ey = close(d_y.host(), y), edx = close(d_dx.host(), dx), edw = close(d_dw.host(), layer.weight().grad);
+    MESSAGE("conv " << c << "->" << o << " k" << k << " s" << stride << ": max relative difference y " << ey << ", dx " << edx << ", dW " << edw);
+    CHECK(ey < 1e-13);
+    CHECK(edx < 1e-13);
+    CHECK(edw < 1e-13);
+    cublasDestroy(blas);
+  }
+}
+
+TEST_CASE("device layers refuse shapes that give no output") {
+  CHECK_THROWS_AS(fused::pool_geometry(1, 2, 2, 3, 1), braid::invalid_argument);
+  CHECK_THROWS_AS(fused::pool_geometry(1, 4, 4, 2, 0), braid::invalid_argument);
+  CHECK_THROWS_AS(fused::conv_geometry(1, 2, 2, 5, 1, 0), braid::invalid_argument);
+  CHECK_THROWS_AS(fused::conv_geometry(0, 4, 4, 3, 1, 1), braid::invalid_argument);
+  CHECK_THROWS_AS(fused::global_avgpool_forward<float>(nullptr, nullptr, 1, 0, nullptr), braid::invalid_argument);
+  CHECK_THROWS_AS(fused::for_each(-1, ops::relu_forward<float>{nullptr, nullptr}, nullptr), braid::invalid_argument);
+}
