@@ -161,14 +161,10 @@ int main(int argc, char** argv) {
             loss = pp.train_step(x, labels);
             correct += double(pp.correct());
           } else { // the unsplit reference: gradient accumulation, micro-batch by micro-batch
-            const std::int64_t per = x.numel() / cfg.batch;
             for (int ii = 0; ii < cfg.micro; ++ii) {
               const int i = cfg.reverse ? cfg.micro - 1 - ii : ii;
-              const std::int64_t q = cfg.batch / cfg.micro, r = cfg.batch % cfg.micro;
-              const std::int64_t lo = i * q + std::min<std::int64_t>(i, r);
-              const std::int64_t n = q + (i < r ? 1 : 0);
-              tensor xi({n, 1, x.dim(2), x.dim(3)});
-              std::memcpy(xi.raw(), x.data<float>() + lo * per, std::size_t(n * per) * sizeof(float));
+              const auto [lo, n] = micro_batch_range(cfg.batch, cfg.micro, i); // the pipeline's cut
+              const tensor xi = micro_batch<float>(x, cfg.micro, i);
               const std::vector<std::int32_t> yi(labels.begin() + lo, labels.begin() + lo + n);
               const double w = double(n) / double(cfg.batch);
               loss += ce.forward(model->forward(xi), yi) * w;

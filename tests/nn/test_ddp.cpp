@@ -16,6 +16,8 @@
 
 #include "../support/fork_ranks.hpp"
 
+#include "random_batches.hpp"
+
 using namespace braid::nn;
 
 namespace {
@@ -42,26 +44,8 @@ std::unique_ptr<sequential<float>> small_net(std::uint64_t seed, bool with_bn) {
   return net;
 }
 
-struct batch_data {
-  std::vector<tensor> x;
-  std::vector<std::vector<std::int32_t>> y;
-};
-
-// `steps` global batches of B images 8x8 with labels.
-batch_data make_data(int steps, int B) {
-  std::mt19937_64 rng(1234);
-  std::normal_distribution<float> n(0, 1);
-  batch_data d;
-  for (int s = 0; s < steps; ++s) {
-    tensor x({B, 1, 8, 8});
-    for (std::int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = n(rng);
-    std::vector<std::int32_t> y(static_cast<std::size_t>(B));
-    for (auto& v : y) v = std::int32_t(rng() % 10);
-    d.x.push_back(x);
-    d.y.push_back(y);
-  }
-  return d;
-}
+using batch_data = braid::nn_test::random_batches;
+batch_data make_data(int steps, int B) { return braid::nn_test::make_random_batches(steps, B, 8); }
 
 tensor slice(const tensor& x, int from, int count) {
   const std::int64_t per = x.numel() / x.dim(0);

@@ -17,6 +17,8 @@
 #include <cstring>
 #include <random>
 
+#include "random_batches.hpp"
+
 using namespace braid::nn;
 
 namespace {
@@ -36,25 +38,8 @@ std::unique_ptr<sequential<float>> make_net(int width = small_width) {
   return resnet<float>(1, 10, rng, 1, width);
 }
 
-struct batches {
-  std::vector<tensor> x;
-  std::vector<std::vector<std::int32_t>> y;
-};
-
-batches make_data(int steps, int B) {
-  std::mt19937_64 rng(1234);
-  std::normal_distribution<float> n(0, 1);
-  batches d;
-  for (int s = 0; s < steps; ++s) {
-    tensor x({B, 1, hw, hw});
-    for (std::int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = n(rng);
-    std::vector<std::int32_t> y(static_cast<std::size_t>(B));
-    for (auto& v : y) v = std::int32_t(rng() % 10);
-    d.x.push_back(x);
-    d.y.push_back(y);
-  }
-  return d;
-}
+using batches = braid::nn_test::random_batches;
+batches make_data(int steps, int B) { return braid::nn_test::make_random_batches(steps, B, hw); }
 
 struct result {
   std::vector<std::vector<float>> params, buffers;

@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -41,6 +42,7 @@
 #include "../core/error.hpp"
 #include "../core/ops.hpp"
 #include "../cuda/check.cuh"
+#include "../cuda/handles.cuh"
 #include "../cuda/runtime.cuh"
 
 namespace braid::nn::fused {
@@ -61,16 +63,12 @@ public:
                                           ": boundaries must ascend and lie below n = " + std::to_string(n));
     cuda_detail::device_guard guard(comm_.device());
     ready_events_.resize(begin_.size());
-    for (cudaEvent_t& e : ready_events_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    for (cuda_detail::owned_event& e : ready_events_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e.h, cudaEventDisableTiming));
+    BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&done_.h, cudaEventDisableTiming));
     marked_.assign(begin_.size(), false);
   }
   bucket_reducer(const bucket_reducer&) = delete;
   bucket_reducer& operator=(const bucket_reducer&) = delete;
-  ~bucket_reducer() {
-    for (cudaEvent_t e : ready_events_) (void)cudaEventDestroy(e);
-    if (done_) (void)cudaEventDestroy(done_);
-  }
 
   std::size_t buckets() const noexcept { return begin_.size(); }
   std::int64_t bucket_size(std::size_t b) const {
@@ -87,9 +85,9 @@ public:
       return;
     }
     cuda_detail::device_guard guard(comm_.device());
-    BRAID_CUDA_CHECK(cudaEventRecord(ready_events_[b], compute));
+    BRAID_CUDA_CHECK(cudaEventRecord(ready_events_[b].h, compute));
     while (next_ < begin_.size() && marked_[next_]) {
-      BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_events_[next_], 0));
+      BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_events_[next_].h, 0));
       T* p = grad_ + begin_[next_];
       comm_.all_reduce(p, p, std::size_t(bucket_size(next_)), avg<>{}, stream_);
       ++launched_;
@@ -106,14 +104,14 @@ public:
     }
     if (sync_) {
       cuda_detail::device_guard guard(comm_.device());
-      BRAID_CUDA_CHECK(cudaEventRecord(done_, stream_));
-      BRAID_CUDA_CHECK(cudaStreamWaitEvent(compute, done_, 0));
+      BRAID_CUDA_CHECK(cudaEventRecord(done_.h, stream_));
+      BRAID_CUDA_CHECK(cudaStreamWaitEvent(compute, done_.h, 0));
     }
     reset_step();
   }
   // false: steps until set_sync(true) accumulate locally (DDP's no_sync).
   void set_sync(bool on) {
-    if (next_ != 0 || marked_any()) raise(errc::invalid_usage, "bucket_reducer::set_sync: not between steps");
+    if (std::find(marked_.begin(), marked_.end(), true) != marked_.end()) raise(errc::invalid_usage, "bucket_reducer::set_sync: not between steps");
     sync_ = on;
   }
   bool sync() const noexcept { return sync_; }
@@ -126,11 +124,6 @@ private:
     if (b >= begin_.size())
       raise(errc::invalid_argument, "bucket_reducer: no bucket " + std::to_string(b) + " (there are " + std::to_string(begin_.size()) + ")");
   }
-  bool marked_any() const {
-    for (bool m : marked_)
-      if (m) return true;
-    return false;
-  }
   void reset_step() {
     marked_.assign(begin_.size(), false);
     next_ = 0;
@@ -141,8 +134,8 @@ private:
   std::int64_t n_;
   std::vector<std::int64_t> begin_;
   cudaStream_t stream_;
-  std::vector<cudaEvent_t> ready_events_;
-  cudaEvent_t done_ = nullptr;
+  std::vector<cuda_detail::owned_event> ready_events_;
+  cuda_detail::owned_event done_;
   std::vector<bool> marked_;
   std::size_t next_ = 0;
   bool sync_ = true;

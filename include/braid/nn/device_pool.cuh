@@ -127,8 +127,7 @@ public:
     if (!p) return;
     std::lock_guard<std::mutex> lock(mu_);
     block& b = in_use_block_locked(p, "deallocate");
-    if (stream != b.stream && std::find(b.uses.begin(), b.uses.end(), stream) == b.uses.end())
-      b.uses.push_back(stream);
+    add_use(b, stream);
     // Every event first, so that a failure leaves the block as it was (in use).
     std::vector<cudaEvent_t> evs;
     evs.reserve(b.uses.size() + 1);
@@ -160,9 +159,7 @@ public:
   // for that work. invalid_argument for a pointer that is not a block in use.
   void record_stream(void* p, cudaStream_t stream) {
     std::lock_guard<std::mutex> lock(mu_);
-    block& b = in_use_block_locked(p, "record_stream");
-    if (stream != b.stream && std::find(b.uses.begin(), b.uses.end(), stream) == b.uses.end())
-      b.uses.push_back(stream);
+    add_use(in_use_block_locked(p, "record_stream"), stream);
   }
 
   // Waits for the cached blocks' pending events, cudaFree's the blocks and destroys the idle events.
@@ -201,6 +198,10 @@ private:
     cudaError_t e = cudaSuccess;
     const char* call = nullptr;
   };
+  // Work on `s` uses block `b` too (no-op for its own stream or one already recorded).
+  static void add_use(block& b, cudaStream_t s) {
+    if (s != b.stream && std::find(b.uses.begin(), b.uses.end(), s) == b.uses.end()) b.uses.push_back(s);
+  }
   using list_key = std::pair<std::size_t, std::uintptr_t>; // (class, stream)
   static list_key key(std::size_t cls, cudaStream_t s) noexcept { return {cls, reinterpret_cast<std::uintptr_t>(s)}; }
 

@@ -92,6 +92,26 @@ std::unique_ptr<sequential<T>> take_stage(sequential<T>& net, const std::vector<
   return net.extract(lo, hi);
 }
 
+// Micro-batch i of M of a batch of B samples: its first sample and its size (the first B % M
+// micro-batches get one sample more). pipeline<T> cuts batches this way; a reference run with
+// gradient accumulation (examples/resnet_pipeline --stages 1) uses the same cut.
+inline std::pair<std::int64_t, std::int64_t> micro_batch_range(std::int64_t B, std::int64_t M, std::int64_t i) {
+  const std::int64_t q = B / M, r = B % M;
+  return {i * q + std::min<std::int64_t>(i, r), q + (i < r ? 1 : 0)};
+}
+// Micro-batch i of M of the batch x (first dimension: the samples), copied.
+template <class T> tensor micro_batch(const tensor& x, std::int64_t M, std::int64_t i) {
+  const std::int64_t B = x.dim(0);
+  const auto [lo, n] = micro_batch_range(B, M, i);
+  const std::int64_t per = x.numel() / B;
+  const shape_t& xs = x.shape();
+  const shape_t s = xs.rank() == 1 ? shape_t{n} : xs.rank() == 2 ? shape_t{n, xs[1]}
+                  : xs.rank() == 3 ? shape_t{n, xs[1], xs[2]} : shape_t{n, xs[1], xs[2], xs[3]};
+  tensor out(s, dtype_of_v<T>);
+  std::memcpy(out.raw(), x.template data<T>() + lo * per, std::size_t(n * per) * sizeof(T));
+  return out;
+}
+
 template <class T> class pipeline {
 public:
   // `stage` is this rank's stage (rank r of the communicator runs stage r; the communicator's size is
@@ -129,7 +149,7 @@ public:
     }
     // Fill.
     for (int i = 0; i < M; ++i) {
-      tensor in = first() ? local([&] { return slice(x, B, i); }) : recv_activation(kind_train, i, B);
+      tensor in = first() ? local([&] { return slice(x, i); }) : recv_activation(kind_train, i, B);
       inputs[std::size_t(i)] = in;
       tensor out = local([&] { return stage_.forward(in); });
       out_shapes[std::size_t(i)] = out.shape();
@@ -199,28 +219,11 @@ private:
   static constexpr std::int64_t kind_train = 1, kind_eval = 2;
   static constexpr int header_len = 10;
 
-  // Micro-batch i of a batch of B: its first sample and its size.
-  std::pair<std::int64_t, std::int64_t> range(std::int64_t B, int i) const {
-    const std::int64_t q = B / m_, r = B % m_;
-    return {i * q + std::min<std::int64_t>(i, r), q + (i < r ? 1 : 0)};
-  }
+  std::pair<std::int64_t, std::int64_t> range(std::int64_t B, int i) const { return micro_batch_range(B, m_, i); }
 
-  static shape_t with_batch(const shape_t& s, std::int64_t n) {
-    switch (s.rank()) {
-    case 1: return {n};
-    case 2: return {n, s[1]};
-    case 3: return {n, s[1], s[2]};
-    default: return {n, s[1], s[2], s[3]};
-    }
-  }
-
-  tensor slice(const tensor& x, std::int64_t B, int i) const {
+  tensor slice(const tensor& x, int i) const {
     detail::require(x.type() == dtype_of_v<T>, "pipeline: the batch's element type is not the model's");
-    const auto [lo, n] = range(B, i);
-    const std::int64_t per = x.numel() / B;
-    tensor s(with_batch(x.shape(), n), dtype_of_v<T>);
-    std::memcpy(s.raw(), x.template data<T>() + lo * per, std::size_t(n * per) * sizeof(T));
-    return s;
+    return micro_batch<T>(x, m_, i);
   }
 
   void send_activation(const tensor& out, std::int64_t kind, int i) {
