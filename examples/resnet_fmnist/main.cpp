@@ -1,6 +1,9 @@
 // resnet_fmnist — a ResNet (ResNet-20 shape: three stages of 16/32/64 channels, 3 basic blocks each)
 // trained on Fashion-MNIST in data parallel with braid::nn. Ranks are threads of this process
-// (--backend host); the CUDA path is not built yet.
+// (--backend host), or GPUs of this process (--backend cuda: braid::cuda::create_group, one host
+// thread per GPU, the model on the device as nn::fused::resnet, gradients averaged in buckets while
+// backward runs, fused optimizers; in the binaries built with BRAID_RESNET_CUDA: resnet_fmnist_emu on
+// braid's emulated CUDA device, resnet_fmnist_cuda with nvcc). The CUDA path trains in fp32.
 //
 //   resnet_fmnist --ranks 2 --epochs 10 --batch 128 --lr 0.1 --optimizer sgd --precision fp32
 //
@@ -10,6 +13,15 @@
 // the run after E epochs, as an interruption would).
 #include <braid/braid.hpp>
 #include <braid/nn.hpp>
+#if BRAID_RESNET_CUDA
+#include <braid/cuda.cuh>
+#include <braid/nn/ddp_device.cuh>
+#include <braid/nn/model_device.cuh>
+#include <braid/nn/optim_device.cuh>
+
+#include <barrier>
+#include <numeric>
+#endif
 
 #include <atomic>
 #include <chrono>
@@ -117,14 +129,267 @@ struct shared_state {
   std::mutex mu;
 };
 
+// Rank 0's progress line and its CSV row.
+void print_progress(std::ofstream& csv, const config& cfg, std::int64_t epoch, std::int64_t s, std::int64_t steps_per_epoch,
+                    std::int64_t step, const double w[3], double loss_sum, double correct, double seen, double lr, double ips,
+                    double elapsed, const std::string& extra) {
+  std::printf("epoch %lld/%d step %lld/%lld loss %.4f acc %.2f%% lr %.4g images/s %.1f%s\n", (long long)epoch + 1, cfg.epochs,
+              (long long)s + 1, (long long)steps_per_epoch, loss_sum / seen, 100.0 * correct / seen, lr, ips, extra.c_str());
+  std::fflush(stdout);
+  csv << "train," << epoch + 1 << "," << step + 1 << "," << w[0] / w[2] << "," << w[1] / w[2] << "," << lr << "," << ips << ","
+      << elapsed << "\n";
+}
+// Rank 0's test line and its CSV row; t = {summed loss, right answers, images}.
+void print_test(std::ofstream& csv, const config& cfg, std::int64_t epoch, std::int64_t step, const double t[3], double lr,
+                double elapsed) {
+  std::printf("epoch %lld/%d test loss %.4f test accuracy %.2f%% (%lld images) elapsed %.1f s\n", (long long)epoch + 1,
+              cfg.epochs, t[0] / t[2], 100.0 * t[1] / t[2], (long long)t[2], elapsed);
+  std::fflush(stdout);
+  csv << "test," << epoch + 1 << "," << step << "," << t[0] / t[2] << "," << t[1] / t[2] << "," << lr << ",," << elapsed << "\n";
+  csv.flush();
+}
+
+#if BRAID_RESNET_CUDA
+// --backend cuda: rank r on GPU r of this process (braid::cuda::create_group), one host thread each.
+// The model is nn::resnet's, initialised on the host from --seed as the host path does, then trained
+// as nn::fused::resnet on the device: batches go up through a pinned buffer, gradients are averaged
+// in 256 KiB buckets by fused::bucket_reducer on a second stream while backward runs, and the fused
+// optimizer steps on the device. The host waits for the device only to reuse the pinned buffer (the
+// previous step's upload), at the progress lines, at evaluation and for checkpoints.
+struct cuda_rank_resources {
+  cudaStream_t compute = nullptr, comm = nullptr;
+  cublasHandle_t blas = nullptr;
+  float* pinned_x = nullptr;
+  std::int32_t* pinned_l = nullptr;
+  cudaEvent_t uploaded = nullptr;
+  explicit cuda_rank_resources(std::int64_t images, std::int64_t pixels) {
+    BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+    BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&comm, cudaStreamNonBlocking));
+    if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) throw braid::error(braid::errc::cuda, "resnet_fmnist: cublasCreate failed");
+    BRAID_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned_x), std::size_t(images * pixels) * sizeof(float)));
+    BRAID_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned_l), std::size_t(images) * sizeof(std::int32_t)));
+    BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&uploaded, cudaEventDisableTiming));
+  }
+  cuda_rank_resources(const cuda_rank_resources&) = delete;
+  cuda_rank_resources& operator=(const cuda_rank_resources&) = delete;
+  ~cuda_rank_resources() {
+    if (compute) cudaStreamSynchronize(compute);
+    if (comm) cudaStreamSynchronize(comm);
+    if (uploaded) cudaEventDestroy(uploaded);
+    if (pinned_l) cudaFreeHost(pinned_l);
+    if (pinned_x) cudaFreeHost(pinned_x);
+    if (blas) cublasDestroy(blas);
+    if (comm) cudaStreamDestroy(comm);
+    if (compute) cudaStreamDestroy(compute);
+  }
+};
+
+void train_cuda_rank(const config& cfg, braid::cuda::communicator& comm, const image_dataset& train, const image_dataset& test,
+                     double mean, double stdev, std::int64_t steps_per_epoch, const schedule& sched, shared_state& sh,
+                     std::barrier<>& sync, std::ofstream& csv) {
+  const int rank = comm.rank();
+  BRAID_CUDA_CHECK(cudaSetDevice(comm.device()));
+  const int local = cfg.batch / cfg.ranks, test_batch = 250;
+  const std::int64_t pixels = std::int64_t(train.rows) * train.cols, most = std::max(local, test_batch);
+  device_pool pool(comm.device());
+  {
+    cuda_rank_resources res(most, pixels);
+    std::mt19937_64 init(cfg.seed);
+    auto host_model = resnet<float>(cfg.blocks, 10, init, 1, cfg.width, false);
+    fused::resnet<float> net(cfg.blocks, 10, 1, cfg.width, pool, res.compute, res.blas);
+    net.load(*host_model);
+    net.set_buckets(std::int64_t(1) << 16);
+    const fused::flat_params<float> fp{net.values(), net.grads(), net.size(), net.segments()};
+    std::unique_ptr<fused::optimizer<float>> opt;
+    if (cfg.optimizer == "sgd") opt = std::make_unique<fused::sgd<float>>(fp, res.compute, 0.9, cfg.wd, true);
+    else if (cfg.optimizer == "adamw") opt = std::make_unique<fused::adam<float>>(fp, res.compute, cfg.wd, true);
+    else opt = std::make_unique<fused::lamb<float>>(fp, res.compute, cfg.wd);
+    std::mt19937_64& rng = sh.rngs[std::size_t(rank)];
+    std::int64_t epoch = 0, step = 0;
+    if (!cfg.resume.empty()) {
+      checkpoint ck = checkpoint::load(cfg.resume);
+      if (ck.get_string("backend") != "cuda" || ck.get_int("ranks") != cfg.ranks || ck.get_string("precision") != cfg.precision)
+        throw braid::invalid_argument("--resume: the checkpoint was written with another --backend, --ranks or --precision");
+      ck.get_module("model.", *host_model);
+      net.load(*host_model);
+      for (std::size_t k = 0; k < opt->state_count(); ++k) {
+        tensor st({net.size()}, braid::dtype::float32);
+        ck.get("opt.state." + std::to_string(k), st);
+        BRAID_CUDA_CHECK(cudaMemcpy(opt->state(k), st.data<float>(), std::size_t(net.size()) * sizeof(float), cudaMemcpyHostToDevice));
+      }
+      BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+      opt->set_steps(ck.get_int("opt.steps"));
+      ck.get_rng("rng." + std::to_string(rank), rng);
+      epoch = ck.get_int("epoch");
+      step = ck.get_int("step");
+      if (rank == 0) std::printf("resumed from %s at epoch %lld, step %lld\n", cfg.resume.c_str(), (long long)epoch, (long long)step);
+    }
+    // Every collective of this rank goes on the one communication stream (the bucket averages run
+    // there), in the same order on every rank; the compute stream is synchronised around the few
+    // outside the steps. DDP's start: every rank takes rank 0's parameters and statistics.
+    auto broadcast_from_0 = [&](float* p, std::int64_t n) {
+      BRAID_CUDA_CHECK(cudaStreamSynchronize(res.compute));
+      comm.broadcast(p, p, std::size_t(n), 0, res.comm);
+      BRAID_CUDA_CHECK(cudaStreamSynchronize(res.comm));
+    };
+    broadcast_from_0(net.values(), net.size());
+    broadcast_from_0(net.buffers(), net.buffer_size());
+    fused::bucket_reducer<braid::cuda::communicator> reducer(comm, net.grads(), net.size(), net.bucket_begin(), res.comm);
+    net.on_bucket_ready([&](std::size_t b) { reducer.ready(b, res.compute); });
+
+    float* x_dev = static_cast<float*>(pool.allocate(std::size_t(most * pixels) * sizeof(float), res.compute));
+    auto* l_dev = static_cast<std::int32_t*>(pool.allocate(std::size_t(most) * sizeof(std::int32_t), res.compute));
+    auto* sum_dev = static_cast<double*>(pool.allocate(3 * sizeof(double), res.compute));
+    // A batch up to the device (the pinned buffer is reused once the last upload has run).
+    std::vector<std::int32_t> labels;
+    auto upload = [&](const image_dataset& d, const std::int64_t* idx, std::int64_t k, const augment& aug) {
+      tensor x = make_batch(d, idx, k, mean, stdev, aug, rng, labels);
+      BRAID_CUDA_CHECK(cudaEventSynchronize(res.uploaded));
+      std::copy(x.data<float>(), x.data<float>() + x.numel(), res.pinned_x);
+      std::copy(labels.begin(), labels.end(), res.pinned_l);
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(x_dev, res.pinned_x, std::size_t(x.numel()) * sizeof(float), cudaMemcpyHostToDevice, res.compute));
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(l_dev, res.pinned_l, std::size_t(k) * sizeof(std::int32_t), cudaMemcpyHostToDevice, res.compute));
+      BRAID_CUDA_CHECK(cudaEventRecord(res.uploaded, res.compute));
+      return x.shape();
+    };
+    // Sums v[0..2] over the ranks (on the device, through braid::cuda's all_reduce).
+    auto sum_ranks = [&](double* v) {
+      BRAID_CUDA_CHECK(cudaStreamSynchronize(res.compute));
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(sum_dev, v, 3 * sizeof(double), cudaMemcpyHostToDevice, res.comm));
+      comm.all_reduce(sum_dev, sum_dev, 3, braid::sum{}, res.comm);
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(v, sum_dev, 3 * sizeof(double), cudaMemcpyDeviceToHost, res.comm));
+      BRAID_CUDA_CHECK(cudaStreamSynchronize(res.comm));
+    };
+
+    distributed_sampler sampler(train.n, cfg.ranks, rank, cfg.seed);
+    const augment aug = cfg.augment ? augment{2, true} : augment{};
+    const auto t0 = clock_type::now();
+    int epochs_run = 0;
+    for (; epoch < cfg.epochs && !(cfg.stop_after > 0 && epochs_run == cfg.stop_after); ++epoch, ++epochs_run) {
+      net.set_training(true);
+      const auto idx = sampler.indices(epoch);
+      double loss_sum = 0, seen = 0, correct = 0, win_n = 0;
+      auto win_t = clock_type::now();
+      (void)net.take_sums();
+      for (std::int64_t s = 0; s < steps_per_epoch; ++s, ++step) {
+        const shape_t shape = upload(train, idx.data() + s * local, local, aug);
+        net.zero_grad();
+        net.forward(x_dev, shape);
+        net.loss(l_dev);
+        net.backward();
+        reducer.finish(res.compute);
+        const double lr = sched.at(step);
+        opt->step(lr);
+        win_n += local;
+        const bool last = s + 1 == steps_per_epoch;
+        if ((cfg.log_every > 0 && (s + 1) % cfg.log_every == 0) || last) {
+          const auto [l, r] = net.take_sums();
+          double w[3] = {l, r, win_n};
+          sum_ranks(w);
+          loss_sum += w[0];
+          correct += w[1];
+          seen += w[2];
+          const double ips = w[2] / std::chrono::duration<double>(clock_type::now() - win_t).count();
+          if (rank == 0)
+            print_progress(csv, cfg, epoch, s, steps_per_epoch, step, w, loss_sum, correct, seen, lr, ips,
+                           std::chrono::duration<double>(clock_type::now() - t0).count(), std::string());
+          win_n = 0;
+          win_t = clock_type::now();
+        }
+      }
+      // Rank 0's BatchNorm running statistics for everyone, then each rank tests a disjoint slice.
+      broadcast_from_0(net.buffers(), net.buffer_size());
+      net.set_training(false);
+      const std::int64_t per = (test.n + cfg.ranks - 1) / cfg.ranks;
+      const std::int64_t lo = std::min<std::int64_t>(test.n, rank * per), hi = std::min<std::int64_t>(test.n, lo + per);
+      std::vector<std::int64_t> tidx;
+      for (std::int64_t i = lo; i < hi; ++i) tidx.push_back(i);
+      for (std::int64_t i = lo; i < hi; i += test_batch) {
+        const std::int64_t k = std::min<std::int64_t>(test_batch, hi - i);
+        const shape_t shape = upload(test, tidx.data() + (i - lo), k, augment{});
+        net.forward(x_dev, shape);
+        net.loss(l_dev);
+      }
+      const auto [tl, tr] = net.take_sums();
+      double t[3] = {tl, tr, double(hi - lo)};
+      sum_ranks(t);
+      if (rank == 0)
+        print_test(csv, cfg, epoch, step, t, sched.at(std::max<std::int64_t>(step - 1, 0)),
+                   std::chrono::duration<double>(clock_type::now() - t0).count());
+      if (!cfg.checkpoint_path.empty()) {
+        sync.arrive_and_wait(); // every rank's engine is current in sh.rngs
+        if (rank == 0) {
+          net.store(*host_model);
+          checkpoint ck;
+          ck.put_string("backend", "cuda");
+          ck.put_int("ranks", cfg.ranks);
+          ck.put_string("precision", cfg.precision);
+          ck.put_module("model.", *host_model);
+          for (std::size_t k = 0; k < opt->state_count(); ++k) {
+            tensor st({net.size()}, braid::dtype::float32);
+            BRAID_CUDA_CHECK(cudaMemcpyAsync(st.data<float>(), opt->state(k), std::size_t(net.size()) * sizeof(float),
+                                             cudaMemcpyDeviceToHost, res.compute));
+            BRAID_CUDA_CHECK(cudaStreamSynchronize(res.compute));
+            ck.put("opt.state." + std::to_string(k), st);
+          }
+          ck.put_int("opt.steps", opt->steps());
+          for (int r = 0; r < cfg.ranks; ++r) ck.put_rng("rng." + std::to_string(r), sh.rngs[std::size_t(r)]);
+          ck.put_int("epoch", epoch + 1);
+          ck.put_int("step", step);
+          ck.save(cfg.checkpoint_path);
+          std::printf("checkpoint: %s (epoch %lld)\n", cfg.checkpoint_path.c_str(), (long long)epoch + 1);
+        }
+        sync.arrive_and_wait();
+      }
+    }
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(res.compute));
+    pool.deallocate(sum_dev, res.compute);
+    pool.deallocate(l_dev, res.compute);
+    pool.deallocate(x_dev, res.compute);
+  }
+  if (rank == 0) std::cout << "device " << pool.stats() << "\n";
+}
+
+void train_cuda(const config& cfg, const image_dataset& train, const image_dataset& test, double mean, double stdev,
+                std::int64_t steps_per_epoch, const schedule& sched, shared_state& sh, std::ofstream& csv) {
+  int devices = 0;
+  BRAID_CUDA_CHECK(cudaGetDeviceCount(&devices));
+  if (devices < cfg.ranks)
+    throw braid::invalid_argument("--backend cuda: --ranks " + std::to_string(cfg.ranks) + " needs " + std::to_string(cfg.ranks) +
+                                  " GPUs (one per rank); this process sees " + std::to_string(devices));
+  std::vector<int> ids(static_cast<std::size_t>(cfg.ranks));
+  std::iota(ids.begin(), ids.end(), 0);
+  auto comms = braid::cuda::create_group(ids);
+  std::barrier<> sync(cfg.ranks);
+  std::vector<std::exception_ptr> errors(ids.size());
+  std::vector<std::thread> threads;
+  for (std::size_t r = 0; r < ids.size(); ++r)
+    threads.emplace_back([&, r] {
+      try {
+        train_cuda_rank(cfg, comms[r], train, test, mean, stdev, steps_per_epoch, sched, sh, sync, csv);
+      } catch (...) {
+        errors[r] = std::current_exception();
+        for (auto& c : comms) c.abort(); // the peers' collectives end with `aborted` instead of waiting
+        sync.arrive_and_drop();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+#endif
+
 } // namespace
 
 int main(int argc, char** argv) {
   const config cfg = parse(argc, argv);
   if (cfg.backend == "cuda") {
-    std::fprintf(stderr, "resnet_fmnist: --backend cuda is not available: the CUDA training path (cuBLAS) is not "
-                         "built yet; use --backend host\n");
+#if !BRAID_RESNET_CUDA
+    std::fprintf(stderr, "resnet_fmnist: this binary has no CUDA path: run resnet_fmnist_cuda (built with nvcc where CMake "
+                         "found CUDA) or resnet_fmnist_emu (braid's emulated CUDA device)\n");
     return 2;
+#endif
+    if (cfg.precision != "fp32") usage("--backend cuda trains in fp32 only (mixed precision on the device is not wired into the trainer yet)");
   }
   image_dataset train, test;
   try {
@@ -147,9 +412,10 @@ int main(int argc, char** argv) {
   const std::int64_t total_steps = steps_per_epoch * cfg.epochs;
   const schedule sched = schedule::cosine_lr(cfg.lr, total_steps, std::max<std::int64_t>(1, total_steps * cfg.warmup_epochs_pct / 100));
 
-  std::printf("resnet_fmnist: ResNet-%d (widths %d/%d/%d), %d rank(s) as threads, batch %d (%d per rank), %s, lr %g, "
+  std::printf("resnet_fmnist: ResNet-%d (widths %d/%d/%d), %d rank(s) as %s, batch %d (%d per rank), %s, lr %g, "
               "wd %g, %s, cosine schedule with %lld warmup steps, %d epoch(s) x %lld steps\n",
-              6 * cfg.blocks + 2, cfg.width, cfg.width * 2, cfg.width * 4, cfg.ranks, cfg.batch, local,
+              6 * cfg.blocks + 2, cfg.width, cfg.width * 2, cfg.width * 4, cfg.ranks,
+              cfg.backend == "cuda" ? "GPUs of this process" : "threads", cfg.batch, local,
               cfg.optimizer.c_str(), cfg.lr, cfg.wd, cfg.precision.c_str(),
               (long long)std::max<std::int64_t>(1, total_steps * cfg.warmup_epochs_pct / 100), cfg.epochs,
               (long long)steps_per_epoch);
@@ -165,6 +431,18 @@ int main(int argc, char** argv) {
   for (int r = 0; r < cfg.ranks; ++r) sh.rngs[std::size_t(r)].seed(cfg.seed * 1000003 + std::uint64_t(r));
 
   int rc = 0;
+#if BRAID_RESNET_CUDA
+  if (cfg.backend == "cuda") {
+    try {
+      train_cuda(cfg, train, test, mean, stdev, steps_per_epoch, sched, sh, csv);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "resnet_fmnist: %s\n", e.what());
+      rc = 1;
+    }
+    std::printf("curves: %s\n", cfg.csv.c_str());
+    return rc;
+  }
+#endif
   try {
     braid::run_threads(cfg.ranks, [&](braid::communicator& comm) {
       const int rank = comm.rank();
@@ -249,18 +527,11 @@ int main(int argc, char** argv) {
             seen += w[2];
             const double secs = std::chrono::duration<double>(clock_type::now() - win_t).count();
             const double ips = w[2] / secs;
-            if (rank == 0) {
-              std::printf("epoch %lld/%d step %lld/%lld loss %.4f acc %.2f%% lr %.4g images/s %.1f%s\n",
-                          (long long)epoch + 1, cfg.epochs, (long long)s + 1, (long long)steps_per_epoch,
-                          loss_sum / seen, 100.0 * correct / seen, lr, ips,
-                          mp ? (" scale " + std::to_string(int64_t(scaler.scale())) + " skipped " +
-                                std::to_string(scaler.skipped())).c_str()
-                             : "");
-              std::fflush(stdout);
-              const double el = std::chrono::duration<double>(clock_type::now() - t0).count();
-              csv << "train," << epoch + 1 << "," << step + 1 << "," << w[0] / w[2] << "," << w[1] / w[2] << "," << lr
-                  << "," << ips << "," << el << "\n";
-            }
+            if (rank == 0)
+              print_progress(csv, cfg, epoch, s, steps_per_epoch, step, w, loss_sum, correct, seen, lr, ips,
+                             std::chrono::duration<double>(clock_type::now() - t0).count(),
+                             mp ? " scale " + std::to_string(int64_t(scaler.scale())) + " skipped " + std::to_string(scaler.skipped())
+                                : std::string());
             win_loss = win_correct = win_n = 0;
             win_steps = 0;
             win_t = clock_type::now();
@@ -282,15 +553,9 @@ int main(int argc, char** argv) {
           t[1] += double(ce.correct());
         }
         comm.all_reduce(t, t, 3, braid::sum{});
-        if (rank == 0) {
-          const double el = std::chrono::duration<double>(clock_type::now() - t0).count();
-          std::printf("epoch %lld/%d test loss %.4f test accuracy %.2f%% (%lld images) elapsed %.1f s\n",
-                      (long long)epoch + 1, cfg.epochs, t[0] / t[2], 100.0 * t[1] / t[2], (long long)t[2], el);
-          std::fflush(stdout);
-          csv << "test," << epoch + 1 << "," << step << "," << t[0] / t[2] << "," << t[1] / t[2] << ","
-              << sched.at(std::max<std::int64_t>(step - 1, 0)) << ",," << el << "\n";
-          csv.flush();
-        }
+        if (rank == 0)
+          print_test(csv, cfg, epoch, step, t, sched.at(std::max<std::int64_t>(step - 1, 0)),
+                     std::chrono::duration<double>(clock_type::now() - t0).count());
         if (!cfg.checkpoint_path.empty()) {
           comm.barrier(); // every rank's engine is current in sh.rngs
           if (rank == 0) {

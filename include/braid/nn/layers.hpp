@@ -28,6 +28,13 @@
 #include "blas.hpp"
 #include "ops.hpp"
 #include "tensor.hpp"
+// nvcc 13.0's front end stops with an internal error on oneDNN's dnnl.hpp: what nvcc compiles sees
+// braid::nn without oneDNN (every layer on its im2col + BLAS path). Compile all of one program's
+// translation units that use braid::nn with the same compiler (one definition of each layer).
+#if defined(__CUDACC__) && BRAID_HAVE_DNNL
+#undef BRAID_HAVE_DNNL
+#define BRAID_HAVE_DNNL 0
+#endif
 #if BRAID_HAVE_DNNL
 #include "onednn.hpp"
 #endif
@@ -340,55 +347,20 @@ public:
   }
   tensor forward(const tensor& x) override {
     detail::require(x.shape().rank() == 4 && x.dim(1) == c_, "batchnorm2d: input " + x.shape().str());
-    const std::int64_t n = x.dim(0), hw = x.dim(2) * x.dim(3), m = n * hw;
+    const std::int64_t n = x.dim(0), hw = x.dim(2) * x.dim(3);
 #if BRAID_HAVE_DNNL
     if constexpr (std::is_same_v<T, float>) {
-      if (dnnl_) return forward_dnnl(x, m);
+      if (dnnl_) return forward_dnnl(x, n * hw);
     }
 #endif
     tensor y(x.shape(), dtype_of_v<T>);
     xhat_ = tensor(x.shape(), dtype_of_v<T>);
     invstd_ = tensor({c_}, dtype_of_v<T>);
-    const T* xp = x.data<T>();
-    T* yp = y.data<T>();
-    T* xh = xhat_.data<T>();
-    const T* g = gamma_.value.data<T>();
-    const T* b = beta_.value.data<T>();
-    T* rm = mean_.data<T>();
-    T* rv = var_.data<T>();
-    T* is = invstd_.data<T>();
-    for (int c = 0; c < c_; ++c) {
-      double mean, var;
-      if (this->training_) {
-        double s = 0, s2 = 0;
-        for (std::int64_t i = 0; i < n; ++i) {
-          const T* p = xp + (i * c_ + c) * hw;
-          for (std::int64_t j = 0; j < hw; ++j) s += double(p[j]);
-        }
-        mean = s / double(m);
-        for (std::int64_t i = 0; i < n; ++i) {
-          const T* p = xp + (i * c_ + c) * hw;
-          for (std::int64_t j = 0; j < hw; ++j) s2 += (double(p[j]) - mean) * (double(p[j]) - mean);
-        }
-        var = s2 / double(m);
-        rm[c] = T((1 - mom_) * double(rm[c]) + mom_ * mean);
-        rv[c] = T((1 - mom_) * double(rv[c]) + mom_ * (m > 1 ? s2 / double(m - 1) : var));
-      } else {
-        mean = double(rm[c]);
-        var = double(rv[c]);
-      }
-      const T inv = T(1.0 / std::sqrt(var + eps_));
-      is[c] = inv;
-      const T mu = T(mean);
-      for (std::int64_t i = 0; i < n; ++i) {
-        const std::int64_t off = (i * c_ + c) * hw;
-        for (std::int64_t j = 0; j < hw; ++j) {
-          const T h = (xp[off + j] - mu) * inv;
-          xh[off + j] = h;
-          yp[off + j] = g[c] * h + b[c];
-        }
-      }
-    }
+    tensor mu({c_}, dtype_of_v<T>);
+    ops::for_each_host(c_, ops::bn_stats<T>{x.data<T>(), n, c_, hw, mom_, eps_, this->training_, mean_.data<T>(),
+                                            var_.data<T>(), mu.data<T>(), invstd_.data<T>()});
+    ops::for_each_host(x.numel(), ops::bn_apply<T>{x.data<T>(), mu.data<T>(), invstd_.data<T>(), gamma_.value.data<T>(),
+                                                   beta_.value.data<T>(), xhat_.data<T>(), y.data<T>(), c_, hw});
     return y;
   }
   tensor backward(const tensor& dy) override {
@@ -399,41 +371,12 @@ public:
 #endif
     const shape_t& s = xhat_.shape();
     detail::require(dy.shape() == s, "batchnorm2d: gradient " + dy.shape().str());
-    const std::int64_t n = s[0], hw = s[2] * s[3], m = n * hw;
-    tensor dx(s, dtype_of_v<T>);
-    const T* d = dy.data<T>();
-    const T* xh = xhat_.data<T>();
-    T* dxp = dx.data<T>();
-    const T* g = gamma_.value.data<T>();
-    T* dg = gamma_.grad.data<T>();
-    T* db = beta_.grad.data<T>();
-    const T* is = invstd_.data<T>();
-    for (int c = 0; c < c_; ++c) {
-      double sd = 0, sdx = 0;
-      for (std::int64_t i = 0; i < n; ++i) {
-        const std::int64_t off = (i * c_ + c) * hw;
-        for (std::int64_t j = 0; j < hw; ++j) {
-          sd += double(d[off + j]);
-          sdx += double(d[off + j]) * double(xh[off + j]);
-        }
-      }
-      dg[c] += T(sdx);
-      db[c] += T(sd);
-      const T k = g[c] * is[c];
-      if (this->training_) {
-        // dx = gamma*invstd/m * (m*dy - sum(dy) - xhat*sum(dy*xhat))
-        const T a = T(sd / double(m)), bq = T(sdx / double(m));
-        for (std::int64_t i = 0; i < n; ++i) {
-          const std::int64_t off = (i * c_ + c) * hw;
-          for (std::int64_t j = 0; j < hw; ++j) dxp[off + j] = k * (d[off + j] - a - xh[off + j] * bq);
-        }
-      } else {
-        for (std::int64_t i = 0; i < n; ++i) {
-          const std::int64_t off = (i * c_ + c) * hw;
-          for (std::int64_t j = 0; j < hw; ++j) dxp[off + j] = k * d[off + j];
-        }
-      }
-    }
+    const std::int64_t n = s[0], hw = s[2] * s[3];
+    tensor dx(s, dtype_of_v<T>), coef({3 * c_}, dtype_of_v<T>);
+    ops::for_each_host(c_, ops::bn_grad_sums<T>{dy.data<T>(), xhat_.data<T>(), gamma_.value.data<T>(), invstd_.data<T>(), n, c_,
+                                                hw, gamma_.grad.data<T>(), beta_.grad.data<T>(), coef.data<T>()});
+    ops::for_each_host(dx.numel(), ops::bn_grad_apply<T>{dy.data<T>(), xhat_.data<T>(), coef.data<T>(), c_, hw, this->training_,
+                                                         dx.data<T>()});
     this->grads_ready(beta_);
     this->grads_ready(gamma_);
     xhat_ = tensor();

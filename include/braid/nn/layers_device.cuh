@@ -26,12 +26,21 @@
 namespace braid::nn::fused {
 
 namespace detail {
-constexpr unsigned op_threads = 256;
+constexpr unsigned op_threads = 256; // the launch bound, and the block size on a GPU
+#if defined(BRAID_CUDA_EMULATOR) && !defined(__CUDACC__)
+// On the emulated device every CUDA thread is a fiber and each costs a context switch per launch, so
+// the same kernel is launched with fewer, longer-running threads (each takes more of the grid-stride
+// loop). Every element is computed by its own op call either way: the results do not depend on it.
+constexpr unsigned op_block = 32;
+constexpr std::int64_t op_max_blocks = 4;
+#else
+constexpr unsigned op_block = op_threads;
 constexpr std::int64_t op_max_blocks = 4096;
+#endif
 
 template <class Op> BRAID_KERNEL_BOUNDED(op_threads) void for_each_kernel(std::int64_t n, Op op) {
-  const std::int64_t step = std::int64_t(gpu::grid_size()) * op_threads;
-  for (std::int64_t i = std::int64_t(gpu::block_index()) * op_threads + gpu::thread_index(); i < n; i += step) op(i);
+  const std::int64_t step = std::int64_t(gpu::grid_size()) * gpu::block_size();
+  for (std::int64_t i = std::int64_t(gpu::block_index()) * gpu::block_size() + gpu::thread_index(); i < n; i += step) op(i);
 }
 
 inline void require_shape(bool ok, const char* what) {
@@ -43,9 +52,9 @@ inline void require_shape(bool ok, const char* what) {
 template <class Op> void for_each(std::int64_t n, const Op& op, cudaStream_t stream) {
   detail::require_shape(n >= 0, "for_each: n < 0");
   if (n == 0) return;
-  const std::int64_t want = (n + detail::op_threads - 1) / detail::op_threads;
+  const std::int64_t want = (n + detail::op_block - 1) / detail::op_block;
   const unsigned blocks = unsigned(want < detail::op_max_blocks ? want : detail::op_max_blocks);
-  const cudaError_t e = gpu::launch(detail::for_each_kernel<Op>, blocks, detail::op_threads, 0, stream, n, op);
+  const cudaError_t e = gpu::launch(detail::for_each_kernel<Op>, blocks, detail::op_block, 0, stream, n, op);
   if (e != cudaSuccess) cuda_detail::raise_cuda(e, "nn::fused::for_each", __FILE__, __LINE__);
 }
 

@@ -134,23 +134,41 @@ template <class T> struct global_avgpool_backward {
 struct conv_shape {
   int c, h, w, k, s, pad, ho, wo;
 };
-// One element of one image's column matrix [c*k*k, ho*wo]:
+// One element of one image's column matrix [c*k*k, ho*wo], at row `row` and column q = oy*wo + ox:
 // col[(ch*k + ki)*k + kj][oy*wo + ox] = x[ch][oy*s - pad + ki][ox*s - pad + kj], 0 outside.
+template <class T> BRAID_HD T im2col_at(const T* x, const conv_shape& g, std::int64_t row, int q) {
+  const int oy = q / g.wo, ox = q - oy * g.wo;
+  const int kj = int(row % g.k), ki = int((row / g.k) % g.k), ch = int(row / (std::int64_t(g.k) * g.k));
+  const int iy = oy * g.s - g.pad + ki, ix = ox * g.s - g.pad + kj;
+  return (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) ? x[(std::int64_t(ch) * g.h + iy) * g.w + ix] : T(0);
+}
+// The gradient of input element (ch, iy, ix) of one image, gathered from its column matrix (rows ld
+// apart, this image's columns starting at col) over (ki, kj) in order: what the host's col2im adds to
+// the element, in its order.
+template <class T> BRAID_HD T col2im_at(const T* col, std::int64_t ld, const conv_shape& g, int ch, int iy, int ix) {
+  T acc = 0;
+  for (int ki = 0; ki < g.k; ++ki) {
+    const int ty = iy + g.pad - ki; // = oy * s
+    if (ty < 0 || ty % g.s != 0 || ty / g.s >= g.ho) continue;
+    for (int kj = 0; kj < g.k; ++kj) {
+      const int tx = ix + g.pad - kj;
+      if (tx < 0 || tx % g.s != 0 || tx / g.s >= g.wo) continue;
+      acc += col[(std::int64_t(ch * g.k + ki) * g.k + kj) * ld + (ty / g.s) * g.wo + tx / g.s];
+    }
+  }
+  return acc;
+}
 template <class T> struct im2col {
   const T* x; // one image, [c, h, w]
-  T* col;
+  T* col;     // [c*k*k, ho*wo]
   conv_shape g;
   BRAID_HD void operator()(std::int64_t e) const {
     const std::int64_t hw = std::int64_t(g.ho) * g.wo;
     const std::int64_t row = e / hw;
-    const int q = int(e - row * hw), oy = q / g.wo, ox = q - oy * g.wo;
-    const int kj = int(row % g.k), ki = int((row / g.k) % g.k), ch = int(row / (std::int64_t(g.k) * g.k));
-    const int iy = oy * g.s - g.pad + ki, ix = ox * g.s - g.pad + kj;
-    col[e] = (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) ? x[(std::int64_t(ch) * g.h + iy) * g.w + ix] : T(0);
+    col[e] = im2col_at(x, g, row, int(e - row * hw));
   }
 };
-// One input gradient of one image, gathered from the column matrix over (ki, kj) in order (what the
-// host's col2im adds to each element, in its order).
+// One input gradient of one image, from its column matrix [c*k*k, ho*wo].
 template <class T> struct col2im {
   const T* col;
   T* dx; // one image, [c, h, w]
@@ -159,18 +177,172 @@ template <class T> struct col2im {
     const std::int64_t plane = std::int64_t(g.h) * g.w;
     const int ch = int(e / plane);
     const int at = int(e - std::int64_t(ch) * plane), iy = at / g.w, ix = at - iy * g.w;
-    const std::int64_t hw = std::int64_t(g.ho) * g.wo;
-    T acc = 0;
-    for (int ki = 0; ki < g.k; ++ki) {
-      const int ty = iy + g.pad - ki; // = oy * s
-      if (ty < 0 || ty % g.s != 0 || ty / g.s >= g.ho) continue;
-      for (int kj = 0; kj < g.k; ++kj) {
-        const int tx = ix + g.pad - kj;
-        if (tx < 0 || tx % g.s != 0 || tx / g.s >= g.wo) continue;
-        acc += col[(std::int64_t(ch * g.k + ki) * g.k + kj) * hw + (ty / g.s) * g.wo + tx / g.s];
+    dx[e] = col2im_at(col, std::int64_t(g.ho) * g.wo, g, ch, iy, ix);
+  }
+};
+// A batch of n images [n, c, h, w] -> one column matrix [c*k*k, n*ho*wo] (image i's columns at
+// i*ho*wo), so that one GEMM convolves the whole batch.
+template <class T> struct im2col_batch {
+  const T* x;
+  T* col;
+  conv_shape g;
+  std::int64_t n;
+  BRAID_HD void operator()(std::int64_t e) const {
+    const std::int64_t hw = std::int64_t(g.ho) * g.wo, ld = n * hw;
+    const std::int64_t row = e / ld, r = e - row * ld, i = r / hw;
+    col[e] = im2col_at(x + i * g.c * g.h * g.w, g, row, int(r - i * hw));
+  }
+};
+// The batch's input gradients [n, c, h, w] from its column matrix [c*k*k, n*ho*wo].
+template <class T> struct col2im_batch {
+  const T* col;
+  T* dx;
+  conv_shape g;
+  std::int64_t n;
+  BRAID_HD void operator()(std::int64_t e) const {
+    const std::int64_t plane = std::int64_t(g.h) * g.w, img = plane * g.c, hw = std::int64_t(g.ho) * g.wo;
+    const std::int64_t i = e / img, r = e - i * img;
+    const int ch = int(r / plane);
+    const int at = int(r - std::int64_t(ch) * plane), iy = at / g.w, ix = at - iy * g.w;
+    dx[e] = col2im_at(col + i * hw, n * hw, g, ch, iy, ix);
+  }
+};
+// [o, n*hw] (a GEMM's output over the batch's column matrix) -> [n, o, hw] (NCHW), one element.
+template <class T> struct cn_to_nchw {
+  const T* src;
+  T* dst;
+  std::int64_t o, n, hw;
+  BRAID_HD void operator()(std::int64_t e) const {
+    const std::int64_t i = e / (o * hw), r = e - i * o * hw, c = r / hw, j = r - c * hw;
+    dst[e] = src[c * n * hw + i * hw + j];
+  }
+};
+// [n, o, hw] -> [o, n*hw], one element.
+template <class T> struct nchw_to_cn {
+  const T* src;
+  T* dst;
+  std::int64_t o, n, hw;
+  BRAID_HD void operator()(std::int64_t e) const {
+    const std::int64_t c = e / (n * hw), r = e - c * n * hw, i = r / hw, j = r - i * hw;
+    dst[e] = src[(i * o + c) * hw + j];
+  }
+};
+
+// Batch normalisation over [n, C, hw], per channel c (one call each): the statistics (sums in double,
+// image by image, in order), the running statistics' update (training; unbiased variance), and the
+// channel's mean mu[c] and 1/sqrt(var + eps) invstd[c] in T; in evaluation, the running statistics.
+template <class T> struct bn_stats {
+  const T* x;
+  std::int64_t n, C, hw;
+  double momentum, eps;
+  bool training;
+  T* running_mean;
+  T* running_var;
+  T* mu;
+  T* invstd;
+  BRAID_HD void operator()(std::int64_t c) const {
+    const std::int64_t m = n * hw;
+    double mean, var;
+    if (training) {
+      double s = 0, s2 = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const T* p = x + (i * C + c) * hw;
+        for (std::int64_t j = 0; j < hw; ++j) s += double(p[j]);
+      }
+      mean = s / double(m);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const T* p = x + (i * C + c) * hw;
+        for (std::int64_t j = 0; j < hw; ++j) s2 += (double(p[j]) - mean) * (double(p[j]) - mean);
+      }
+      var = s2 / double(m);
+      running_mean[c] = T((1 - momentum) * double(running_mean[c]) + momentum * mean);
+      running_var[c] = T((1 - momentum) * double(running_var[c]) + momentum * (m > 1 ? s2 / double(m - 1) : var));
+    } else {
+      mean = double(running_mean[c]);
+      var = double(running_var[c]);
+    }
+    invstd[c] = T(1.0 / ::sqrt(var + eps));
+    mu[c] = T(mean);
+  }
+};
+// One element: xhat = (x - mu) * invstd, y = gamma * xhat + beta.
+template <class T> struct bn_apply {
+  const T* x;
+  const T* mu;
+  const T* invstd;
+  const T* gamma;
+  const T* beta;
+  T* xhat;
+  T* y;
+  std::int64_t C, hw;
+  BRAID_HD void operator()(std::int64_t e) const {
+    const std::int64_t c = (e / hw) % C;
+    const T h = (x[e] - mu[c]) * invstd[c];
+    xhat[e] = h;
+    y[e] = gamma[c] * h + beta[c];
+  }
+};
+// Per channel: sum(dy) and sum(dy * xhat) in double, image by image in order, added into the
+// parameter gradients (dgamma += sum(dy*xhat), dbeta += sum(dy)), and the channel's coefficients of
+// dx in coef[3c..3c+2]: gamma*invstd, sum(dy)/m, sum(dy*xhat)/m.
+template <class T> struct bn_grad_sums {
+  const T* dy;
+  const T* xhat;
+  const T* gamma;
+  const T* invstd;
+  std::int64_t n, C, hw;
+  T* dgamma;
+  T* dbeta;
+  T* coef;
+  BRAID_HD void operator()(std::int64_t c) const {
+    const std::int64_t m = n * hw;
+    double sd = 0, sdx = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t off = (i * C + c) * hw;
+      for (std::int64_t j = 0; j < hw; ++j) {
+        sd += double(dy[off + j]);
+        sdx += double(dy[off + j]) * double(xhat[off + j]);
       }
     }
-    dx[e] = acc;
+    dgamma[c] += T(sdx);
+    dbeta[c] += T(sd);
+    coef[3 * c] = gamma[c] * invstd[c];
+    coef[3 * c + 1] = T(sd / double(m));
+    coef[3 * c + 2] = T(sdx / double(m));
+  }
+};
+// One input gradient: training, gamma*invstd * (dy - mean(dy) - xhat * mean(dy*xhat)); evaluation
+// (fixed statistics), gamma*invstd * dy.
+template <class T> struct bn_grad_apply {
+  const T* dy;
+  const T* xhat;
+  const T* coef;
+  std::int64_t C, hw;
+  bool training;
+  T* dx;
+  BRAID_HD void operator()(std::int64_t e) const {
+    const std::int64_t c = (e / hw) % C;
+    const T k = coef[3 * c];
+    dx[e] = training ? k * (dy[e] - coef[3 * c + 1] - xhat[e] * coef[3 * c + 2]) : k * dy[e];
+  }
+};
+
+// Linear layers' bias: every row of y [n, out] starts as b (one element), and db[o] += the column
+// sum of dy, row by row in order (one column).
+template <class T> struct bias_rows {
+  const T* b;
+  T* y;
+  std::int64_t out;
+  BRAID_HD void operator()(std::int64_t e) const { y[e] = b[e % out]; }
+};
+template <class T> struct bias_grad {
+  const T* dy;
+  T* db;
+  std::int64_t n, out;
+  BRAID_HD void operator()(std::int64_t o) const {
+    T acc = db[o];
+    for (std::int64_t i = 0; i < n; ++i) acc += dy[i * out + o];
+    db[o] = acc;
   }
 };
 
@@ -208,6 +380,24 @@ template <class T> struct softmax_ce_backward {
   BRAID_HD void operator()(std::int64_t e) const {
     const std::int64_t i = e / k, j = e - i * k;
     g[e] = f * (p[e] - (j == labels[i] ? T(1) : T(0)));
+  }
+};
+
+// One call (i = 0): adds n rows' losses, in row order, and their count of right answers into
+// sums[0] and sums[1] (a running total the host reads back when it wants it).
+struct ce_accumulate {
+  const double* loss;
+  const std::int32_t* right;
+  std::int64_t n;
+  double* sums;
+  BRAID_HD void operator()(std::int64_t) const {
+    double l = 0, r = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      l += loss[i];
+      r += double(right[i]);
+    }
+    sums[0] += l;
+    sums[1] += r;
   }
 };
 

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -61,8 +62,12 @@ inline unsigned blocks_for(std::int64_t n) {
 BRAID_DEVICE std::int64_t first_index() { return std::int64_t(gpu::block_index()) * threads + gpu::thread_index(); }
 BRAID_DEVICE std::int64_t stride() { return std::int64_t(gpu::grid_size()) * threads; }
 
+// The kernels that need no type parameter are templates all the same (template <int = 0>): a
+// template has vague linkage, so this header can be included by several translation units of one
+// program (a plain kernel defined here was defined twice at link time, host stub or emulated).
+
 // Counts a step unless the scaler's last update skipped it, and computes the bias corrections.
-BRAID_KERNEL_BOUNDED(1) void begin_step(step_state* s, const rules::scaler_state* scaler, double beta1, double beta2) {
+template <int = 0> BRAID_KERNEL_BOUNDED(1) void begin_step(step_state* s, const rules::scaler_state* scaler, double beta1, double beta2) {
   s->skip = (scaler != nullptr && scaler->applied == 0) ? 1 : 0;
   if (s->skip) return;
   ++s->t;
@@ -130,7 +135,7 @@ BRAID_KERNEL_BOUNDED(threads) void lamb_sums(const T* w, const T* g, const T* m,
 }
 
 // LAMB, pass 2: one thread per tensor adds its chunks' sums in chunk order and computes the trust ratio.
-BRAID_KERNEL_BOUNDED(threads) void lamb_trust_kernel(const double* partial, const std::int64_t* first_chunk, std::int64_t tensors,
+template <int = 0> BRAID_KERNEL_BOUNDED(threads) void lamb_trust_kernel(const double* partial, const std::int64_t* first_chunk, std::int64_t tensors,
                                                      double* trust, const step_state* s) {
   if (s->skip) return;
   for (std::int64_t i = first_index(); i < tensors; i += stride()) {
@@ -173,7 +178,7 @@ BRAID_KERNEL_BOUNDED(threads) void square_sums(const T* g, std::int64_t n, doubl
 }
 // Clipping, pass 2: the norm (chunk sums in order) and the factor: max_norm / (norm + 1e-6) when the
 // norm exceeds max_norm, else 1 (torch.nn.utils.clip_grad_norm_'s rule, as nn::clip_grad_norm).
-BRAID_KERNEL_BOUNDED(1) void clip_factor(const double* partial, std::int64_t chunks, double max_norm, double* out) {
+template <int = 0> BRAID_KERNEL_BOUNDED(1) void clip_factor(const double* partial, std::int64_t chunks, double max_norm, double* out) {
   double s = 0;
   for (std::int64_t c = 0; c < chunks; ++c) s += partial[c];
   const double norm = rules::root(s);
@@ -186,18 +191,18 @@ template <class T> BRAID_KERNEL_BOUNDED(threads) void clip_apply(T* g, std::int6
   for (std::int64_t j = first_index(); j < n; j += stride()) g[j] = T(double(g[j]) * f);
 }
 
-BRAID_KERNEL_BOUNDED(threads) void unscale_kernel(float* g, std::int64_t n, bool bf16, rules::scaler_state* s) {
+template <int = 0> BRAID_KERNEL_BOUNDED(threads) void unscale_kernel(float* g, std::int64_t n, bool bf16, rules::scaler_state* s) {
   const float inv = float(1.0 / s->scale);
   bool bad = false;
   for (std::int64_t j = first_index(); j < n; j += stride())
     if (!rules::unscale(g[j], bf16, inv)) bad = true;
   if (bad) gpu::atomic_ref<std::int32_t, gpu::scope::device>(s->overflow).store(1, gpu::memory_order::relaxed);
 }
-BRAID_KERNEL_BOUNDED(1) void scaler_update_kernel(rules::scaler_state* s, int interval, double growth, double backoff) {
+template <int = 0> BRAID_KERNEL_BOUNDED(1) void scaler_update_kernel(rules::scaler_state* s, int interval, double growth, double backoff) {
   rules::scaler_update(*s, s->overflow != 0, interval, growth, backoff);
   s->overflow = 0;
 }
-BRAID_KERNEL_BOUNDED(threads) void round_kernel(const float* from, float* to, std::int64_t n, bool bf16) {
+template <int = 0> BRAID_KERNEL_BOUNDED(threads) void round_kernel(const float* from, float* to, std::int64_t n, bool bf16) {
   for (std::int64_t j = first_index(); j < n; j += stride()) to[j] = rules::round_to(from[j], bf16);
 }
 
@@ -265,12 +270,12 @@ public:
   void unscale(float* grad, std::int64_t n, bool bf16) {
     if (n < 0 || (n > 0 && grad == nullptr)) raise(errc::invalid_argument, "fused::loss_scaler::unscale: n < 0, or a null buffer");
     if (n == 0) return;
-    detail::launched(gpu::launch(detail::unscale_kernel, detail::blocks_for(n), detail::threads, 0, stream_, grad, n, bf16, state_.get()),
+    detail::launched(gpu::launch(detail::unscale_kernel<>, detail::blocks_for(n), detail::threads, 0, stream_, grad, n, bf16, state_.get()),
                      "fused::loss_scaler::unscale");
   }
   // Records this step's outcome (after every unscale of the step).
   void update() {
-    detail::launched(gpu::launch(detail::scaler_update_kernel, 1, 1, 0, stream_, state_.get(), interval_, growth_, backoff_),
+    detail::launched(gpu::launch(detail::scaler_update_kernel<>, 1, 1, 0, stream_, state_.get(), interval_, growth_, backoff_),
                      "fused::loss_scaler::update");
   }
   rules::scaler_state read() const {
@@ -300,7 +305,7 @@ inline void round_into(const float* master, float* model, std::int64_t n, bool b
   if (n < 0 || (n > 0 && (master == nullptr || model == nullptr)))
     raise(errc::invalid_argument, "fused::round_into: n < 0, or a null buffer");
   if (n == 0) return;
-  detail::launched(gpu::launch(detail::round_kernel, detail::blocks_for(n), detail::threads, 0, stream, master, model, n, bf16),
+  detail::launched(gpu::launch(detail::round_kernel<>, detail::blocks_for(n), detail::threads, 0, stream, master, model, n, bf16),
                    "fused::round_into");
 }
 
@@ -318,7 +323,7 @@ public:
   // given and its last update() saw an overflow (the step count then stays).
   void step(double lr, const loss_scaler* scaler = nullptr) {
     if (p_.n == 0) return;
-    detail::launched(gpu::launch(detail::begin_step, 1, 1, 0, stream_, record_.get(),
+    detail::launched(gpu::launch(detail::begin_step<>, 1, 1, 0, stream_, record_.get(),
                                  scaler ? scaler->device_state() : nullptr, beta1_, beta2_),
                      "fused optimizer: begin_step");
     update(lr);
@@ -330,6 +335,17 @@ public:
     BRAID_CUDA_CHECK(cudaMemcpyAsync(&s, record_.get(), sizeof s, cudaMemcpyDeviceToHost, stream_));
     BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return s.t;
+  }
+  // Sets the steps applied so far (a run resumed from a checkpoint: state(k) restored beside it); the
+  // next step() counts from there. Synchronises the stream.
+  void set_steps(std::int64_t t) {
+    if (t < 0) raise(errc::invalid_argument, "fused optimizer: set_steps(" + std::to_string(t) + ")");
+    detail::step_state s;
+    s.t = t;
+    s.c1 = 1 - std::pow(beta1_, double(t));
+    s.c2 = 1 - std::pow(beta2_, double(t));
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(record_.get(), &s, sizeof s, cudaMemcpyHostToDevice, stream_));
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   // State buffer k (n elements each; momentum, or Adam's m and v), for checkpoints.
   T* state(std::size_t k) const {
@@ -469,7 +485,7 @@ protected:
                                  static_cast<const T*>(this->state_[1].get()), static_cast<const std::int64_t*>(chunk_begin_.get()),
                                  partial_.get(), a_, rec),
                      "fused::lamb (sums)");
-    detail::launched(gpu::launch(detail::lamb_trust_kernel, detail::blocks_for(std::int64_t(tensors_)), detail::threads, 0,
+    detail::launched(gpu::launch(detail::lamb_trust_kernel<>, detail::blocks_for(std::int64_t(tensors_)), detail::threads, 0,
                                  this->stream_, static_cast<const double*>(partial_.get()),
                                  static_cast<const std::int64_t*>(first_chunk_.get()), std::int64_t(tensors_), trust_.get(), rec),
                      "fused::lamb (trust)");
@@ -504,7 +520,7 @@ public:
     detail::launched(gpu::launch(detail::square_sums<T>, unsigned(chunks_), detail::threads, 0, stream_,
                                  static_cast<const T*>(g_), n_, partial_.get()),
                      "fused::grad_clipper (sums)");
-    detail::launched(gpu::launch(detail::clip_factor, 1, 1, 0, stream_, static_cast<const double*>(partial_.get()),
+    detail::launched(gpu::launch(detail::clip_factor<>, 1, 1, 0, stream_, static_cast<const double*>(partial_.get()),
                                  std::int64_t(chunks_), max_norm, out_.get()),
                      "fused::grad_clipper (norm)");
     detail::launched(gpu::launch(detail::clip_apply<T>, detail::blocks_for(n_), detail::threads, 0, stream_, g_, n_,

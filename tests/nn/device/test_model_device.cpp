@@ -1,0 +1,266 @@
+// tests/nn/device/test_model_device.cpp — nn/model_device.cuh's fused::resnet on the emulated CUDA
+// device (its GEMMs on the emulated cuBLAS) against the host nn::resnet (hand-written path, no
+// oneDNN): logits, loss, every parameter gradient and the BatchNorm running statistics after a
+// training-mode step, in double (to 1e-10) and float (to 1e-4 of the largest value); buckets finish in
+// bucket order (bucket 0 first); data parallel over braid::cuda with the bucket reducer and the fused
+// SGD on two emulated GPUs: both ranks hold the same bits, and they match one GPU on the whole batch
+// (BatchNorm in eval mode, where the two are equal in exact arithmetic); refusals. Emulated device
+// only: no GPU ran this.
+#include <doctest/doctest.h>
+
+#include <braid/cuda.cuh>
+#include <braid/nn/ddp_device.cuh>
+#include <braid/nn/loss.hpp>
+#include <braid/nn/model_device.cuh>
+#include <braid/nn/optim_device.cuh>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <random>
+#include <thread>
+#include <vector>
+
+using namespace braid::nn;
+
+namespace {
+
+#define EMU_OK(expr) REQUIRE_EQ((expr), cudaSuccess)
+
+// One rank's device side: pool, stream, cuBLAS handle (all of device `dev`).
+struct device_side {
+  int dev;
+  device_pool pool;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  explicit device_side(int d) : dev(d), pool(d) {
+    if (cudaSetDevice(d) != cudaSuccess || cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS)
+      throw std::runtime_error("device_side: setup failed");
+  }
+  ~device_side() {
+    cudaSetDevice(dev);
+    cudaStreamSynchronize(stream);
+    cublasDestroy(blas);
+    cudaStreamDestroy(stream);
+  }
+  template <class T> T* upload(const T* host, std::int64_t n) {
+    T* p = static_cast<T*>(pool.allocate(std::size_t(n) * sizeof(T), stream));
+    if (cudaMemcpyAsync(p, host, std::size_t(n) * sizeof(T), cudaMemcpyHostToDevice, stream) != cudaSuccess ||
+        cudaStreamSynchronize(stream) != cudaSuccess)
+      throw std::runtime_error("upload failed");
+    return p;
+  }
+  template <class T> std::vector<T> download(const T* dev_p, std::int64_t n) {
+    std::vector<T> v(static_cast<std::size_t>(n));
+    if (cudaStreamSynchronize(stream) != cudaSuccess ||
+        cudaMemcpyAsync(v.data(), dev_p, v.size() * sizeof(T), cudaMemcpyDeviceToHost, stream) != cudaSuccess ||
+        cudaStreamSynchronize(stream) != cudaSuccess)
+      throw std::runtime_error("download failed");
+    return v;
+  }
+};
+
+template <class T> tensor random_images(std::int64_t n, int hw, std::mt19937_64& rng) {
+  tensor t({n, 1, hw, hw}, braid::dtype_of_v<T>);
+  std::normal_distribution<double> nd(0, 1);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.data<T>()[i] = T(nd(rng));
+  return t;
+}
+std::vector<std::int32_t> random_labels(std::int64_t n, std::mt19937_64& rng) {
+  std::vector<std::int32_t> l(static_cast<std::size_t>(n));
+  for (auto& v : l) v = std::int32_t(rng() % 10);
+  return l;
+}
+
+// max |a - b| over max |b|
+template <class T> double rel_err(const T* a, const T* b, std::int64_t n) {
+  double diff = 0, big = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    diff = std::max(diff, std::fabs(double(a[i]) - double(b[i])));
+    big = std::max(big, std::fabs(double(b[i])));
+  }
+  return big > 0 ? diff / big : diff;
+}
+
+template <class T> void compare_one_step(double tol) {
+  std::mt19937_64 init(11), data(12);
+  auto host = resnet<T>(1, 10, init, 1, 4, false);
+  device_side d(0);
+  fused::resnet<T> net(1, 10, 1, 4, d.pool, d.stream, d.blas);
+  REQUIRE_EQ(net.parameter_count(), host->parameters().size());
+  net.load(*host);
+  std::vector<std::size_t> finished;
+  net.set_buckets(0);
+  net.on_bucket_ready([&](std::size_t b) { finished.push_back(b); });
+
+  const std::int64_t n = 6;
+  tensor x = random_images<T>(n, 12, data);
+  auto labels = random_labels(n, data);
+  softmax_cross_entropy<T> ce;
+  host->zero_grad();
+  tensor logits = host->forward(x);
+  const double host_loss = ce.forward(logits, labels);
+  host->backward(ce.backward());
+
+  T* xd = d.upload(x.template data<T>(), x.numel());
+  std::int32_t* ld = d.upload(labels.data(), n);
+  const T* zd = net.forward(xd, x.shape());
+  net.loss(ld);
+  net.backward();
+  const auto z = d.download(zd, logits.numel());
+  CHECK(rel_err(z.data(), logits.template data<T>(), logits.numel()) <= tol);
+  const auto [loss_sum, right] = net.take_sums();
+  CHECK(std::fabs(loss_sum / double(n) - host_loss) <= tol * std::fabs(host_loss));
+  CHECK_EQ(right, double(ce.correct()));
+
+  const auto g = d.download(net.grads(), net.size());
+  const auto ps = host->parameters();
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    INFO("parameter ", i, " ", ps[i]->name);
+    CHECK_EQ(net.parameter_name(i), ps[i]->name);
+    CHECK(rel_err(g.data() + net.parameter_offset(i), ps[i]->grad.template data<T>(), ps[i]->grad.numel()) <= tol);
+  }
+  // Every bucket finished once, in bucket order.
+  std::vector<std::size_t> in_order(net.bucket_begin().size());
+  for (std::size_t b = 0; b < in_order.size(); ++b) in_order[b] = b;
+  CHECK(finished == in_order);
+
+  // The running statistics after the step, through store().
+  std::mt19937_64 other(99);
+  auto back = resnet<T>(1, 10, other, 1, 4, false);
+  net.store(*back);
+  const auto hb = host->buffers(), bb = back->buffers();
+  for (std::size_t i = 0; i < hb.size(); ++i) {
+    INFO("buffer ", i);
+    CHECK(rel_err(bb[i]->template data<T>(), hb[i]->template data<T>(), hb[i]->numel()) <= tol);
+  }
+  const auto hp = back->parameters();
+  for (std::size_t i = 0; i < hp.size(); ++i) CHECK(std::memcmp(hp[i]->value.template data<T>(), ps[i]->value.template data<T>(), std::size_t(ps[i]->value.numel()) * sizeof(T)) == 0);
+  d.pool.deallocate(xd, d.stream);
+  d.pool.deallocate(ld, d.stream);
+}
+
+} // namespace
+
+TEST_CASE("fused::resnet: one training step equals the host resnet (double, float)") {
+  SUBCASE("double") { compare_one_step<double>(1e-10); }
+  SUBCASE("float") { compare_one_step<float>(1e-4); }
+}
+
+TEST_CASE("fused::resnet: 2 GPUs on B/2 (bucket reducer, fused SGD) equal 1 GPU on B; the same bits on both ranks") {
+  constexpr int steps = 3;
+  constexpr std::int64_t B = 8;
+  std::mt19937_64 init(5), data(6);
+  auto host = resnet<float>(1, 10, init, 1, 4, false);
+  std::vector<tensor> xs;
+  std::vector<std::vector<std::int32_t>> ls;
+  for (int s = 0; s < steps; ++s) {
+    xs.push_back(random_images<float>(B, 12, data));
+    ls.push_back(random_labels(B, data));
+  }
+  const double lr = 0.05;
+
+  // One GPU, batch B.
+  std::vector<float> single;
+  {
+    device_side d(0);
+    fused::resnet<float> net(1, 10, 1, 4, d.pool, d.stream, d.blas);
+    net.load(*host);
+    net.set_training(false);
+    fused::sgd<float> opt({net.values(), net.grads(), net.size(), net.segments()}, d.stream, 0.9, 5e-4, true);
+    for (int s = 0; s < steps; ++s) {
+      float* x = d.upload(xs[std::size_t(s)].data<float>(), xs[std::size_t(s)].numel());
+      std::int32_t* l = d.upload(ls[std::size_t(s)].data(), B);
+      net.zero_grad();
+      net.forward(x, xs[std::size_t(s)].shape());
+      net.loss(l);
+      net.backward();
+      opt.step(lr);
+      d.pool.deallocate(x, d.stream);
+      d.pool.deallocate(l, d.stream);
+    }
+    single = d.download(net.values(), net.size());
+  }
+
+  // Two GPUs, B/2 each.
+  auto comms = braid::cuda::create_group({0, 1});
+  std::vector<float> got[2];
+  std::size_t buckets_seen[2] = {0, 0};
+  std::exception_ptr err[2];
+  std::thread t[2];
+  for (int r = 0; r < 2; ++r)
+    t[r] = std::thread([&, r] {
+      try {
+        device_side d(r);
+        cudaStream_t comm_stream = nullptr;
+        if (cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking) != cudaSuccess) throw std::runtime_error("stream");
+        {
+          fused::resnet<float> net(1, 10, 1, 4, d.pool, d.stream, d.blas);
+          net.load(*host);
+          net.set_training(false);
+          net.set_buckets(200); // several buckets, whole tensors each
+          fused::bucket_reducer<braid::cuda::communicator> red(comms[std::size_t(r)], net.grads(), net.size(), net.bucket_begin(),
+                                                               comm_stream);
+          net.on_bucket_ready([&](std::size_t b) {
+            red.ready(b, d.stream);
+            ++buckets_seen[r];
+          });
+          fused::sgd<float> opt({net.values(), net.grads(), net.size(), net.segments()}, d.stream, 0.9, 5e-4, true);
+          const std::int64_t half = B / 2;
+          for (int s = 0; s < steps; ++s) {
+            const tensor& full = xs[std::size_t(s)];
+            const std::int64_t per = full.numel() / B;
+            float* x = d.upload(full.data<float>() + r * half * per, half * per);
+            std::int32_t* l = d.upload(ls[std::size_t(s)].data() + r * half, half);
+            net.zero_grad();
+            net.forward(x, shape_t({half, 1, 12, 12}));
+            net.loss(l);
+            net.backward();
+            red.finish(d.stream);
+            opt.step(lr);
+            d.pool.deallocate(x, d.stream);
+            d.pool.deallocate(l, d.stream);
+          }
+          got[r] = d.download(net.values(), net.size());
+          if (buckets_seen[r] != std::size_t(steps) * net.bucket_begin().size()) throw std::runtime_error("bucket count");
+        }
+        cudaStreamSynchronize(comm_stream);
+        cudaStreamDestroy(comm_stream);
+      } catch (...) {
+        err[r] = std::current_exception();
+      }
+    });
+  for (auto& th : t) th.join();
+  for (auto& e : err)
+    if (e) std::rethrow_exception(e);
+  REQUIRE_EQ(got[0].size(), single.size());
+  CHECK(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)) == 0);
+  const double e = rel_err(got[0].data(), single.data(), std::int64_t(single.size()));
+  INFO("relative difference to one GPU: ", e);
+  CHECK(e <= 2e-5);
+  // Training moved the weights (the comparison is not of two untouched copies).
+  std::vector<float> start(single.size());
+  {
+    device_side d(0);
+    fused::resnet<float> net(1, 10, 1, 4, d.pool, d.stream, d.blas);
+    net.load(*host);
+    start = d.download(net.values(), net.size());
+  }
+  CHECK(rel_err(single.data(), start.data(), std::int64_t(start.size())) > 1e-3);
+}
+
+TEST_CASE("fused::resnet: refusals") {
+  device_side d(0);
+  fused::resnet<float> net(1, 10, 1, 4, d.pool, d.stream, d.blas);
+  std::mt19937_64 rng(1);
+  auto wider = resnet<float>(1, 10, rng, 1, 8, false);
+  CHECK_THROWS_AS(net.load(*wider), braid::invalid_argument);
+  auto deeper = resnet<float>(2, 10, rng, 1, 4, false);
+  CHECK_THROWS_AS(net.store(*deeper), braid::invalid_argument);
+  CHECK_THROWS_AS(fused::resnet<float>(0, 10, 1, 4, d.pool, d.stream, d.blas), braid::invalid_argument);
+  float* x = static_cast<float*>(d.pool.allocate(2 * 3 * 12 * 12 * sizeof(float), d.stream));
+  CHECK_THROWS_AS(net.forward(x, shape_t({2, 3, 12, 12})), braid::invalid_argument); // 3 channels, the model takes 1
+  d.pool.deallocate(x, d.stream);
+}
