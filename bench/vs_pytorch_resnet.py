@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """bench/vs_pytorch_resnet.py — the PyTorch side of bench/vs-pytorch.sh: the model, data and settings
-of examples/resnet_fmnist in PyTorch on the CPU, for a side-by-side throughput comparison.
+of examples/resnet_fmnist in PyTorch, on the CPU (bench/vs-pytorch.sh) or with --device cuda on GPUs
+(rank r on GPU r, DDP over NCCL; bench/gpu-train.sh), for a side-by-side throughput comparison.
 
 ResNet-20 for 1-channel 28x28 images (conv3x3 16 + BN + ReLU, three stages of 3 basic blocks with
 16/32/64 channels, the 2nd and 3rd starting with stride 2, 1x1 conv + BN projection shortcuts, global
@@ -11,7 +12,7 @@ momentum 0.9 and weight decay 5e-4, lr 0.1 with a cosine schedule and 3% linear 
 
     python3 vs_pytorch_resnet.py --ranks R --threads T --batch 128 --train-subset N --test-subset M
 
-Prints one line: "pytorch ranks R threads T images/s X test_accuracy Y% params P" (images/s: the
+Prints one line: "pytorch device D ranks R threads T images/s X test_accuracy Y% params P" (images/s: the
 epoch's training images over its wall time on rank 0, the batch preparation included, as braid's
 progress line counts them).
 """
@@ -90,10 +91,14 @@ def make_batch(images, idx, mean, std, rng):
 
 def run(rank, a, port, result):
     torch.set_num_threads(a.threads)
+    cuda = a.device == "cuda"
+    dev = torch.device(f"cuda:{rank}") if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(dev)
     if a.no_mkldnn:  # PyTorch's own (non-oneDNN) CPU convolutions, as the issue's comparison did
         torch.backends.mkldnn.enabled = False
     if a.ranks > 1:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=a.ranks)
+        dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=a.ranks)
     torch.manual_seed(a.seed)
     train_x = read_idx(os.path.join(a.data, "train-images-idx3-ubyte.gz"))[: a.train_subset]
     train_y = read_idx(os.path.join(a.data, "train-labels-idx1-ubyte.gz"))[: a.train_subset].astype(np.int64)
@@ -101,9 +106,9 @@ def run(rank, a, port, result):
     test_y = read_idx(os.path.join(a.data, "t10k-labels-idx1-ubyte.gz"))[: a.test_subset].astype(np.int64)
     mean = float(train_x.mean()) / 255.0
     std = float((train_x.astype(np.float64) / 255.0).std())
-    model = ResNet()
+    model = ResNet().to(dev)
     params = sum(p.numel() for p in model.parameters())
-    net = nn.parallel.DistributedDataParallel(model) if a.ranks > 1 else model
+    net = nn.parallel.DistributedDataParallel(model, device_ids=[rank] if cuda else None) if a.ranks > 1 else model
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9, weight_decay=5e-4, nesterov=True)
     local = a.batch // a.ranks
     steps = (len(train_x) // a.ranks) // local
@@ -127,8 +132,8 @@ def run(rank, a, port, result):
         t0 = time.perf_counter()
         for s in range(steps):
             idx = shard[s * local:(s + 1) * local]
-            x = make_batch(train_x, idx, mean, std, rng)
-            y = torch.from_numpy(train_y[idx])
+            x = make_batch(train_x, idx, mean, std, rng).to(dev, non_blocking=True)
+            y = torch.from_numpy(train_y[idx]).to(dev, non_blocking=True)
             for g in opt.param_groups:
                 g["lr"] = lr_at(t)
             opt.zero_grad(set_to_none=True)
@@ -136,6 +141,8 @@ def run(rank, a, port, result):
             loss.backward()
             opt.step()
             t += 1
+        if cuda:
+            torch.cuda.synchronize(dev)
         if a.ranks > 1:
             dist.barrier()
         ips = steps * local * a.ranks / (time.perf_counter() - t0)
@@ -144,8 +151,8 @@ def run(rank, a, port, result):
         correct = 0
         with torch.no_grad():
             for i in range(0, len(test_x), 500):
-                x = torch.from_numpy(((test_x[i:i + 500].astype(np.float32) / 255.0 - mean) / std)).unsqueeze(1)
-                correct += int((model(x).argmax(1) == torch.from_numpy(test_y[i:i + 500])).sum())
+                x = torch.from_numpy(((test_x[i:i + 500].astype(np.float32) / 255.0 - mean) / std)).unsqueeze(1).to(dev)
+                correct += int((model(x).argmax(1).cpu() == torch.from_numpy(test_y[i:i + 500])).sum())
         result.put((ips, 100.0 * correct / len(test_x), params))
     if a.ranks > 1:
         dist.destroy_process_group()
@@ -164,6 +171,7 @@ def main():
     p.add_argument("--port", type=int, default=29533)
     p.add_argument("--data", default=DATA)
     p.add_argument("--no-mkldnn", action="store_true", help="torch.backends.mkldnn.enabled = False")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: rank r on GPU r, DDP over NCCL")
     a = p.parse_args()
     ctx = mp.get_context("spawn")
     result = ctx.Queue()
@@ -178,7 +186,7 @@ def main():
             if q.exitcode != 0:
                 raise SystemExit(f"rank process exited with {q.exitcode}")
     ips, acc, params = result.get()
-    print(f"pytorch ranks {a.ranks} threads {a.threads} images/s {ips:.1f} test_accuracy {acc:.2f}% params {params}")
+    print(f"pytorch device {a.device} ranks {a.ranks} threads {a.threads} images/s {ips:.1f} test_accuracy {acc:.2f}% params {params}")
 
 
 if __name__ == "__main__":
