@@ -434,8 +434,9 @@ template <class T> class resnet {
 
 public:
   // nn::resnet(blocks, classes, rng, in_ch, width)'s layers on the device of `pool`, enqueued on
-  // `stream`; `blas` is set to `stream` here and must stay this model's while it runs. Parameters
-  // start at zero (running variance at one): load() the host model's to begin.
+  // `stream`; `blas` is set to `stream` here and must stay this model's while it runs. The pool, the
+  // stream and the handle must outlive the model. Parameters start at zero (running variance at
+  // one): load() the host model's to begin.
   resnet(int blocks, int classes, int in_ch, int width, device_pool& pool, cudaStream_t stream, cublasHandle_t blas)
       : ctx_{stream, blas, &pool}, classes_(classes) {
     detail::require_shape(blocks > 0 && classes > 0 && in_ch > 0 && width > 0, "resnet: bad shape");
