@@ -184,8 +184,12 @@ TEST_CASE("fused::resnet: 2 GPUs on B/2 (bucket reducer, fused SGD) equal 1 GPU 
     single = d.download(net.values(), net.size());
   }
 
-  // Two GPUs, B/2 each.
-  auto comms = braid::cuda::create_group({0, 1});
+  // Two GPUs, B/2 each. Small collective blocks: fewer emulated threads (fibers), so that the test
+  // also runs under ThreadSanitizer, which allows 8128 threads and fibers in all.
+  braid::cuda::group_options go;
+  go.threads_per_block = 64;
+  go.max_blocks_per_rank = 4;
+  auto comms = braid::cuda::create_group({0, 1}, go);
   std::vector<float> got[2];
   std::size_t buckets_seen[2] = {0, 0};
   std::exception_ptr err[2];
