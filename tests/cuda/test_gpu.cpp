@@ -199,9 +199,13 @@ std::size_t buffer_bytes(std::size_t large, int n, bool blocked, std::size_t ele
 }
 
 // Runs one collective on every rank of x and checks every rank's output. Returns "" when everything
-// matches, else what went wrong first (and renews the group when an error poisoned it).
+// matches, else what went wrong first (and renews the group when an error poisoned it). `offset`:
+// elements from the start of the rank's output buffer (the bytes before it are sentinels too) and,
+// unless `in_offset` says otherwise, of its input buffer (out of place).
+inline constexpr std::size_t same_offset = ~std::size_t{0};
 template <class T, class Op>
-std::string run_case(rig& x, collective c, algo a, op_kind k, std::size_t count, std::size_t offset, bool in_place) {
+std::string run_case(rig& x, collective c, algo a, op_kind k, std::size_t count, std::size_t offset, bool in_place,
+                     std::size_t in_offset = same_offset) {
   using braid::testing::sweep_guard;
   const int n = x.n, root = n - 1;
   const auto un = static_cast<std::size_t>(n);
@@ -209,13 +213,16 @@ std::string run_case(rig& x, collective c, algo a, op_kind k, std::size_t count,
   const std::size_t out_n = c == collective::all_gather ? count * un : count;
   const std::size_t span_n = braid::testing::span_elems(c, n, count, in_place);
   const std::size_t span_bytes = (span_n + sweep_guard) * sizeof(T);
-  const std::size_t need = (offset + std::max(in_n, out_n) + sweep_guard) * sizeof(T);
+  if (in_offset == same_offset || in_place) in_offset = offset;
+  const std::size_t need = (std::max(offset, in_offset) + std::max(in_n, out_n) + sweep_guard) * sizeof(T);
   if (need > x.bytes) return "test bug: buffers too small";
 
   auto where = [&](int r, std::size_t i, const std::string& what) {
     std::ostringstream s;
     s << name(c) << "/" << name(a) << " " << name(braid::dtype_of_v<T>) << " " << name(k) << " n=" << n << " rank=" << r
-      << " count=" << count << " offset=" << offset << (in_place ? " in-place" : "") << ": " << what << " at " << i;
+      << " count=" << count << " offset=" << offset;
+    if (in_offset != offset) s << " input offset=" << in_offset;
+    s << (in_place ? " in-place" : "") << ": " << what << " at " << i;
     return s.str();
   };
 
@@ -223,7 +230,8 @@ std::string run_case(rig& x, collective c, algo a, op_kind k, std::size_t count,
   for (int r = 0; r < n; ++r) {
     const std::size_t ur = static_cast<std::size_t>(r);
     T* o = static_cast<T*>(x.out[ur]) + offset;
-    T* i = in_place ? o : static_cast<T*>(x.in[ur]) + offset;
+    T* i = in_place ? o : static_cast<T*>(x.in[ur]) + in_offset;
+    if (offset) GPU_OK(cudaMemset(x.out[ur], 0xA5, offset * sizeof(T))); // sentinels before the output
     if (in_place && c == collective::all_gather) i = o + ur * count;
     dout[ur] = o;
     din[ur] = i;
@@ -294,6 +302,12 @@ std::string run_case(rig& x, collective c, algo a, op_kind k, std::size_t count,
   for (int r = 0; r < n; ++r) {
     const std::size_t ur = static_cast<std::size_t>(r);
     std::vector<unsigned char>& img = x.img[ur];
+    if (offset) {
+      if (img.size() < offset * sizeof(T)) img.resize(offset * sizeof(T));
+      GPU_OK(cudaMemcpy(img.data(), x.out[ur], offset * sizeof(T), cudaMemcpyDeviceToHost));
+      for (std::size_t b = 0; b < offset * sizeof(T); ++b)
+        if (img[b] != 0xA5) return where(r, b, "wrote before the output (byte)");
+    }
     GPU_OK(cudaMemcpy(img.data(), dout[ur], span_bytes, cudaMemcpyDeviceToHost));
     const unsigned char* result = img.data() + static_cast<std::size_t>(dres[ur] - dout[ur]) * sizeof(T);
     if (const braid::testing::mismatch m =
@@ -548,6 +562,96 @@ TEST_CASE("gpu sweep: launch shapes and device layouts (float sum, every collect
   CHECK_THROWS_AS(gt::make_group({0, 0}, sweep_timeout(), 0, 513), braid::invalid_argument);
   if (ndev >= 2) CHECK_MESSAGE(ran(0, 5), "no group ran a grid of 5 blocks");
   t.report(("launch shapes x layouts, float sum, ranks 2,3,4, count " + std::to_string(big)).c_str());
+}
+
+// Misaligned buffers: api.md asks only for alignment to alignof(T). reduce_copy picks its word width
+// from the pointers, so a rank's staging copy of its input and the step that later overwrites that
+// input in place may give the same bytes to threads of different blocks, which only a wait orders.
+// one_shot did not wait: an in-place float all_reduce 8 bytes past a 16-byte boundary (staged in
+// 8-byte words, reduced element by element) overwrote elements before other blocks had staged them,
+// so peers reduced results instead of inputs (wrong values, different on every rank); blocks of fewer
+// than 16 threads did the same to an aligned buffer's tail, and an aligned in-place rank whose peer's
+// misaligned input it read in place. Every offset below 16 bytes (in elements), in place and out of
+// place with the input or the output misaligned alone, one_shot forced, bit for bit against the host
+// reference; then every algorithm of every collective in place; then those two launch shapes.
+TEST_CASE("gpu misaligned buffers: every offset below 16 bytes, in place and out of place, one_shot and every algorithm") {
+  int ndev = 0;
+  GPU_OK(cudaGetDeviceCount(&ndev));
+  const std::size_t big = std::min<std::size_t>(sweep_large(), 20011);
+  tally t;
+  auto offsets = [](std::size_t elem) {
+    std::vector<std::size_t> o;
+    for (std::size_t b = 0; b < 16; b += elem) o.push_back(b / elem);
+    return o;
+  };
+  auto one_shot_sweep = [&](rig& x, auto tag, std::size_t count) {
+    using T = typename decltype(tag)::type;
+    for (const std::size_t o : offsets(sizeof(T))) {
+      t.add(run_case<T, braid::sum<>>(x, collective::all_reduce, algo::one_shot, op_kind::sum, count, o, true));
+      if (o == 0) continue;
+      t.add(run_case<T, braid::sum<>>(x, collective::all_reduce, algo::one_shot, op_kind::sum, count, o, false, 0));
+      t.add(run_case<T, braid::sum<>>(x, collective::all_reduce, algo::one_shot, op_kind::sum, count, 0, false, o));
+    }
+  };
+  for (int n : {2, 3}) {
+    std::vector<int> devs(static_cast<std::size_t>(n)); // a GPU of its own for each rank where there are enough
+    for (int r = 0; r < n; ++r) devs[static_cast<std::size_t>(r)] = r % std::max(ndev, 1);
+    // 8 blocks of 64 threads per rank: a rank's blocks are what must be ordered.
+    rig x(n, buffer_bytes(big, n, true, sizeof(double)), sweep_timeout(), 0, devs, 64, 8);
+    for (const std::size_t count : {std::size_t{1003}, big}) {
+      one_shot_sweep(x, braid::type_tag<float>{}, count);
+      one_shot_sweep(x, braid::type_tag<braid::half>{}, count);
+    }
+    one_shot_sweep(x, braid::type_tag<double>{}, big);
+    one_shot_sweep(x, braid::type_tag<std::int8_t>{}, big);
+    for (const std::size_t o : offsets(sizeof(float))) // the call as reported: avg, in place
+      t.add(run_case<float, braid::avg<>>(x, collective::all_reduce, algo::one_shot, op_kind::avg, big, o, true));
+    for (collective c : braid::testing::sweep_collectives)
+      for (algo a : algos_for(c))
+        for (const std::size_t o : {std::size_t{1}, std::size_t{2}})
+          t.add(run_case<float, braid::sum<>>(x, c, a, op_kind::sum, 4099, o, true));
+  }
+  { // forms mixed across ranks: rank 0 in place on an aligned buffer, rank 1 out of place from an input
+    // 8 bytes past a 16-byte boundary that rank 0 reads in place (one GPU), so rank 0's reduction
+    // moves single elements while its staging copy moved 16-byte words
+    const std::size_t count = big;
+    rig x(2, buffer_bytes(big, 2, true, sizeof(float)), sweep_timeout(), 0, {0, 0}, 64, 8);
+    float* const io0 = static_cast<float*>(x.out[0]);
+    float* const in1 = static_cast<float*>(x.in[1]) + 2;
+    float* const out1 = static_cast<float*>(x.out[1]);
+    for (int rep = 0; rep < 3; ++rep) {
+      std::vector<float> h(count);
+      for (int r = 0; r < 2; ++r) {
+        for (std::size_t i = 0; i < count; ++i) h[i] = input_value(r, i, rep);
+        GPU_OK(cudaMemcpy(r == 0 ? io0 : in1, h.data(), count * sizeof(float), cudaMemcpyHostToDevice));
+      }
+      x.sync_uploads();
+      {
+        gt::bracket one_thread_for_both_ranks;
+        gt::call c0 = float_all_reduce(io0, io0, count), c1 = float_all_reduce(in1, out1, count);
+        c0.algorithm = c1.algorithm = algo::one_shot;
+        gt::enqueue(x.group(), 0, c0);
+        gt::enqueue(x.group(), 1, c1);
+      }
+      CHECK(x.sync().empty());
+      for (int r = 0; r < 2; ++r) gt::check(x.group(), r);
+      std::size_t wrong = 0;
+      for (int r = 0; r < 2; ++r) {
+        GPU_OK(cudaMemcpy(h.data(), r == 0 ? io0 : out1, count * sizeof(float), cudaMemcpyDeviceToHost));
+        for (std::size_t i = 0; i < count; ++i) wrong += h[i] != input_value(0, i, rep) + input_value(1, i, rep);
+      }
+      t.add(wrong ? "mixed forms (rank 0 in place, rank 1's input misaligned by 8 bytes), one_shot, rep " + std::to_string(rep) +
+                        ": " + std::to_string(wrong) + " wrong elements"
+                  : std::string());
+    }
+  }
+  { // blocks of 4 threads: the tail of a 16-byte-aligned float buffer (under 16 bytes) spans blocks
+    rig x(2, buffer_bytes(big, 2, true, sizeof(float)), sweep_timeout(), 0, {0, std::min(1, ndev - 1)}, 4, 8);
+    for (const std::size_t count : {std::size_t{1003}, std::size_t{4099}})
+      for (const std::size_t o : {std::size_t{0}, std::size_t{2}})
+        t.add(run_case<float, braid::sum<>>(x, collective::all_reduce, algo::one_shot, op_kind::sum, count, o, true));
+  }
+  t.report(("misaligned buffers, ranks 2 and 3, counts 1003, 4099 and " + std::to_string(big)).c_str());
 }
 
 // api.md promises that broadcast and all_gather move any trivially copyable type. This did not even

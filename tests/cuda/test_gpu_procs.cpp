@@ -82,7 +82,7 @@ void expect_all_zero(const std::vector<int>& st, const char* what) {
 // One case on one rank: inputs and sentinels through host images, the call, the judge.
 template <class T, class Op>
 bool check_case(gp::comm& c, int n, int r, collective coll, op_kind k, std::size_t count, std::size_t offset, bool in_place,
-                bool registered, void* dev_in, void* dev_out, std::string& why) {
+                bool registered, void* dev_in, void* dev_out, std::string& why, braid::algo algorithm = braid::algo::automatic) {
   const int root = n - 1;
   const std::size_t un = static_cast<std::size_t>(n);
   const std::size_t in_n = coll == collective::reduce_scatter ? count * un : count;
@@ -99,6 +99,7 @@ bool check_case(gp::comm& c, int n, int r, collective coll, op_kind k, std::size
   if (in_n) gp::to_device(in, host_in.data(), in_n * sizeof(T));
   braid::gpu_test::call call;
   call.coll = coll;
+  call.algorithm = algorithm;
   call.type = braid::dtype_of_v<T>;
   call.op = k;
   call.in = in;
@@ -113,7 +114,8 @@ bool check_case(gp::comm& c, int n, int r, collective coll, op_kind k, std::size
   if (!m) return true;
   std::ostringstream s;
   s << braid::name(coll) << " " << braid::name(braid::dtype_of_v<T>) << " " << braid::name(k) << " n=" << n << " rank=" << r
-    << " count=" << count << " offset=" << offset << (in_place ? " in-place" : "") << (registered ? " registered" : "") << ": "
+    << " count=" << count << " offset=" << offset << (in_place ? " in-place" : "") << (registered ? " registered" : "")
+    << (algorithm != braid::algo::automatic ? " " + std::string(braid::name(algorithm)) : std::string()) << ": "
     << m.what << " at " << m.at;
   why = s.str();
   return false;
@@ -301,6 +303,53 @@ TEST_CASE("device path: reference sweep over processes on distinct GPUs, many ro
     o.reduce_blocks = 2;         // blocks per rank of the kernel (the emulator runs every thread)
     o.threads = 64;
     CHECK(run_sweep(n, large_count(), o, "device path, 128 KiB staging", expect_path::device) == 0);
+  }
+}
+
+// Misaligned buffers on the device path (the one-process kernel, so the same fault as test_gpu's
+// "misaligned buffers" case): an in-place one_shot all_reduce overwrote its input before the rank's
+// other blocks had staged it wherever the staging copy and the reduction moved different widths (a
+// float buffer 8 bytes past a 16-byte boundary). Every offset below 16 bytes, in place and out of
+// place, one_shot and two_shot; reduce_scatter and reduce (direct) in place.
+TEST_CASE("device path: misaligned buffers, every offset below 16 bytes, in place and out of place") {
+  for (int n : sweep_nranks()) {
+    REQUIRE_MESSAGE(distinct_devices(n), "the device path needs " << n << " ranks on distinct GPUs: set BRAID_GPU_PROCS_DEVICES");
+    const auto st = braid::testing::fork_ranks(n, [&](int r, const braid::unique_id& id) {
+      gp::set_device(device_for(r));
+      gp::comm_options o;
+      o.timeout = 60s;
+      o.path = 2;
+      o.reduce_blocks = 8; // blocks per rank: what must be ordered
+      o.threads = 64;
+      auto c = gp::connect(braid::communicator::join(id, r, n), device_for(r), o);
+      const std::size_t large = 20011;
+      const std::size_t bytes = ((large + 64) * static_cast<std::size_t>(n) + 64) * 8;
+      void* in = gp::dev_alloc(bytes);
+      void* out = gp::dev_alloc(bytes);
+      long failures = 0;
+      auto one = [&](auto tag, collective coll, braid::algo a, std::size_t count, bool in_place) {
+        using T = typename decltype(tag)::type;
+        for (std::size_t b = 0; b < 16; b += sizeof(T)) {
+          std::string why;
+          if (!check_case<T, braid::sum<>>(*c, n, r, coll, op_kind::sum, count, b / sizeof(T), in_place, false, in, out, why, a) &&
+              ++failures <= 10)
+            std::fprintf(stderr, "rank %d: %s\n", r, why.c_str());
+        }
+      };
+      for (const std::size_t count : {std::size_t{1003}, large})
+        for (const bool in_place : {true, false}) {
+          one(braid::type_tag<float>{}, collective::all_reduce, braid::algo::one_shot, count, in_place);
+          one(braid::type_tag<braid::half>{}, collective::all_reduce, braid::algo::one_shot, count, in_place);
+          one(braid::type_tag<std::int8_t>{}, collective::all_reduce, braid::algo::one_shot, count, in_place);
+          one(braid::type_tag<float>{}, collective::all_reduce, braid::algo::two_shot, count, in_place);
+        }
+      one(braid::type_tag<float>{}, collective::reduce_scatter, braid::algo::direct, 4099, true);
+      one(braid::type_tag<float>{}, collective::reduce, braid::algo::direct, 4099, true);
+      gp::dev_free(in);
+      gp::dev_free(out);
+      return failures ? 1 : 0;
+    });
+    expect_all_zero(st, ("misaligned buffers, " + std::to_string(n) + " processes").c_str());
   }
 }
 

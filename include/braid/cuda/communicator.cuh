@@ -305,7 +305,10 @@ private:
       // (a thread that would wait for ranks it drives itself) leaves the rank where it was.
       const std::uint64_t word =
           braid::detail::chain_call_word(rm.call_word, braid::detail::describe_call<T, Op>(c, a, count, root, rm.calls + 1), 0);
-      const cuda_detail::rank_call mine{r, in, out, zero_copy ? static_cast<std::uint64_t>(lo(in)) : 0, word, ctx.seq};
+      const cuda_detail::out_order order =
+          in_place ? cuda_detail::in_place_out_order<T>(c, in, out, count, la.per_round, static_cast<unsigned>(g.threads))
+                   : cuda_detail::out_order::none; // in place is always staged
+      const cuda_detail::rank_call mine{r, order, in, out, zero_copy ? static_cast<std::uint64_t>(lo(in)) : 0, word, ctx.seq};
       auto kernel = &cuda_detail::collective_kernel<S, T, Op>;
       const detail::call_signature sig{c, count, root, sizeof(T), reinterpret_cast<const void*>(kernel)};
       const auto& set = g.sets[static_cast<std::size_t>(g.set_of[static_cast<std::size_t>(r)])];

@@ -37,9 +37,43 @@ struct device_rank {
   u64* round;          // last round id used by this rank's kernels
 };
 
+// An in-place call whose input is staged: this rank's blocks copy the input into the staging half
+// before step 0's post (peers read that copy), and a step that writes `out` overwrites the same bytes.
+// A thread's copy and its own later write are ordered by program order, block 0's by the barrier of
+// the post; a copy by one block and a write by another only by a wait for something that needed the
+// copy. Most schedules' in-place writes have one (they need a peer's data, which needed this rank's
+// staged copy); one_shot's does not (every rank reads every staged input in the step that writes its
+// output). reduce_copy gives the copy's bytes and the write's to the same threads when every pointer
+// of both is 16-byte aligned (moves_16_byte_units, reduce_copy.cuh), and the tail to block 0 when
+// blocks have 16 threads or more; otherwise (an input 8 bytes past a 16-byte boundary: floats staged
+// in 8-byte words, reduced one by one) the kernel waits for the rank's own post of step 0 before a
+// step writes `out`.
+enum class out_order : std::uint8_t {
+  none,          // not in place, or the input is not staged: nothing to order
+  peers_aligned, // this rank's side keeps the copy's threads: wait only in a step that reads a peer's
+                 // input in place (zero-copy) that is not 16-byte aligned (the reduction then moves
+                 // single elements)
+  after_staging, // wait for the rank's own post of step 0 before every step that writes `out`
+};
+
+// rank_call::order_out of an in-place call with a staged input, from what this rank knows: its
+// pointers, T, the block size and where chunks start (multiples of 64 bytes within a round and a
+// block; reduce_scatter's and all_gather's blocks at multiples of count elements, rounds at multiples
+// of per_round).
+template <class T>
+inline out_order in_place_out_order(collective c, const void* in, const void* out, std::uint64_t count, std::uint64_t per_round,
+                                    unsigned threads_per_block) {
+  const auto low = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) & 15; };
+  const bool starts_aligned = (!schedule::blocked(c) || count * sizeof(T) % 16 == 0) && per_round * sizeof(T) % 16 == 0;
+  return moves_16_byte_units<T> && low(in) == 0 && low(out) == 0 && starts_aligned && threads_per_block >= 16
+             ? out_order::peers_aligned
+             : out_order::after_staging;
+}
+
 // One rank's part of a call.
 struct rank_call {
   int rank;
+  out_order order_out; // in place with a staged input: see out_order
   const void* in;
   void* out;
   std::uint64_t in_desc; // non-zero: peers read `in` in place (zero-copy)
@@ -195,11 +229,33 @@ BRAID_KERNEL_BOUNDED(512) void collective_kernel(launch_args a, Op op) {
     for (int j = 0; j < nsteps; ++j) {
       const schedule::step st = S::at(sa, j);
       const int ns = st.count_sources(n);
-      for (int i = static_cast<int>(thread); i < ns; i += static_cast<int>(gpu::block_size())) {
-        const schedule::source s = st.source_at(i);
-        if (s.rank != r || s.reg == schedule::region::win) {
-          wait(s.rank, (R << 24) | static_cast<u64>(s.ready + 2), j);
-          if (s.rank != r) same_call(s.rank, R, j);
+      // In place over a staged input (rank_call::order_out): one more waiter after the sources, for
+      // the rank's own post of step 0, when this rank's pointers or a peer's in-place input may give
+      // the write other threads than the staging copy.
+      const bool order = me.order_out != out_order::none && st.out;
+      for (int i = static_cast<int>(thread); i < ns + (order ? 1 : 0); i += static_cast<int>(gpu::block_size())) {
+        // source i, or (i == ns) the rank's own post of step 0
+        schedule::source s{r, schedule::region::in, 0, -1};
+        bool need = me.order_out == out_order::after_staging;
+        if (i < ns) {
+          s = st.source_at(i);
+          need = s.rank != r || s.reg == schedule::region::win;
+        }
+        int q = s.rank;
+        u64 target = (R << 24) | static_cast<u64>(s.ready + 2);
+        BRAID_NO_UNROLL
+        for (int pass = 0; need; ++pass) { // a second pass: the own post, after a peer's misaligned input
+          wait(q, target, j);
+          need = false;
+          if (pass == 0 && q != r) {
+            same_call(q, R, j);
+            if (order && s.reg == schedule::region::in &&
+                (sys_u64(ranks[q].in_desc[h]).load(gpu::memory_order::relaxed) & 15) != 0) {
+              need = true;
+              q = r;
+              target = (R << 24) | 1;
+            }
+          }
         }
       }
       gpu::sync_block();

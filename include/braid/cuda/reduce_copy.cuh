@@ -67,6 +67,9 @@ using u64 = std::uint64_t;
 
 BRAID_HD std::uintptr_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
 
+// Element types that a reduction moves in 16-byte packs (when the pointers allow it).
+template <class T> inline constexpr bool packs_of_16 = sizeof(T) < 16 && 16 % sizeof(T) == 0;
+
 // The widest power of two up to 16 by which all the pointers whose differences are OR-ed into `diff`
 // can be aligned together.
 BRAID_HD unsigned common_width(std::uintptr_t diff) {
@@ -297,7 +300,7 @@ BRAID_DEVICE void reduce_one(const T* const* src, int ns, T* d, T* d2, u64 i, co
 template <int U, class T, class Op>
 BRAID_DEVICE void reduce(const T* const* src, int ns, T* d, T* d2, u64 count, const Op& op, bool final, int nranks,
                          u64 tid, u64 n) {
-  constexpr bool vec = sizeof(T) < 16 && 16 % sizeof(T) == 0;
+  constexpr bool vec = packs_of_16<T>;
   const T* s0 = src[0];
   u64 head = 0, npacks = count;
   bool packs16 = false;
@@ -360,5 +363,16 @@ BRAID_DEVICE void reduce_copy(const T* const* src, int ns, T* dst, T* dst2, std:
   }
   if constexpr (reduces) rc_detail::reduce<U>(src, ns, dst, dst2, count, op, final, nranks, tid, nthreads);
 }
+
+// Which thread moves which bytes, for callers that order two calls over the same bytes by program
+// order alone (cuda/executor.cuh: an in-place call's staging copy of its input, then the step that
+// overwrites that input). When moves_16_byte_units<T> and every pointer of a call (sources and
+// destinations) is 16-byte aligned, reduce_copy, reduction or copy, moves 16-byte unit j of the call's
+// bytes (no head) with thread j % nthreads, and its tail (under 16 bytes) with threads below 16.
+// Otherwise the widths follow the pointers, and two calls over the same bytes may give them to
+// different threads: a copy moves the widest words its pointers allow together (8 bytes from an
+// 8-byte-aligned float buffer into an aligned one), a reduction of misaligned data single elements
+// (element i by thread i, its 8-byte word by thread i / 2).
+template <class T> inline constexpr bool moves_16_byte_units = rc_detail::packs_of_16<T>;
 
 } // namespace braid::cuda_detail
