@@ -125,5 +125,12 @@ void softmax_ce_backward(const T* p, const std::int32_t* labels, T* g, std::int6
   detail::require_shape(n > 0 && k > 0, "softmax_ce: bad shape");
   for_each(n * k, ops::softmax_ce_backward<T>{p, labels, g, T(scale / double(n)), k}, s);
 }
+// The same with the scale in device memory (*scale, read by the kernel: fused::loss_scaler's).
+template <class T>
+void softmax_ce_backward(const T* p, const std::int32_t* labels, T* g, std::int64_t n, std::int64_t k, const double* scale,
+                         cudaStream_t s) {
+  detail::require_shape(n > 0 && k > 0 && scale != nullptr, "softmax_ce: bad shape, or a null scale");
+  for_each(n * k, ops::softmax_ce_backward<T>{p, labels, g, T(0), k, scale, n}, s);
+}
 
 } // namespace braid::nn::fused

@@ -58,6 +58,7 @@
 #include "layers.hpp"
 #include "layers_device.cuh"
 #include "ops.hpp"
+#include "optim_device.cuh"
 #include "tensor.hpp"
 
 #if defined(BRAID_CUDA_EMULATOR) && !defined(__CUDACC__)
@@ -559,6 +560,24 @@ public:
     softmax_ce_backward(static_cast<const T*>(probs_.get()), labels_, g, batch_, classes_, scale, ctx_.stream);
     (void)net_.backward(g);
   }
+  // Mixed precision (T = float; the values() hold weights rounded to the compute type, see
+  // fused::round_into): backward of scaler's scale * (mean loss), the scale read on the device (no
+  // host synchronisation), with the loss gradient rounded to the compute type (bfloat16 when bf16,
+  // else half) as the host trainer rounds it (mixed_precision::round). The scaler's stream must be
+  // this model's stream.
+  void backward(const loss_scaler& scaler, bool bf16)
+    requires std::is_same_v<T, float>
+  {
+    detail::require_shape(scaler.stream() == ctx_.stream, "resnet::backward: the loss scaler runs on another stream");
+    cuda_detail::device_guard guard(ctx_.pool->device());
+    for (std::size_t b = 0; b < pending_.size(); ++b) pending_[b] = 0;
+    for (std::size_t i = 0; i < bucket_of_.size(); ++i) ++pending_[bucket_of_[i]];
+    T* g = dlogits_.grow(ctx_, batch_ * classes_);
+    softmax_ce_backward(static_cast<const T*>(probs_.get()), labels_, g, batch_, classes_, &scaler.device_state()->scale,
+                        ctx_.stream);
+    round_into(g, g, batch_ * classes_, bf16, ctx_.stream);
+    (void)net_.backward(g);
+  }
   void zero_grad() { BRAID_CUDA_CHECK(cudaMemsetAsync(tab_.grad, 0, std::size_t(n_) * sizeof(T), ctx_.stream)); }
   // The running sums of loss and right answers since the last call (synchronises), then zero.
   std::pair<double, double> take_sums() {
@@ -585,21 +604,20 @@ private:
     detail::require_shape(ps.size() == tab_.names.size() && bs.size() == tab_.buffer_shapes.size(),
                           "resnet: the host model has other layers");
     for (std::size_t i = 0; i < ps.size(); ++i)
-      detail::require_shape(ps[i]->value.shape() == tab_.shapes[i] && ps[i]->value.type() == dtype_of_v<T>,
-                            ("resnet: host parameter " + std::to_string(i) + " (" + ps[i]->name + ") has another shape or type").c_str());
+      if (ps[i]->value.shape() != tab_.shapes[i] || ps[i]->value.type() != dtype_of_v<T>)
+        detail::require_shape(false, ("resnet: host parameter " + std::to_string(i) + " (" + ps[i]->name + ") has another shape or type").c_str());
     for (std::size_t i = 0; i < bs.size(); ++i)
-      detail::require_shape(bs[i]->shape() == tab_.buffer_shapes[i] && bs[i]->type() == dtype_of_v<T>,
-                            ("resnet: host buffer " + std::to_string(i) + " has another shape or type").c_str());
+      if (bs[i]->shape() != tab_.buffer_shapes[i] || bs[i]->type() != dtype_of_v<T>)
+        detail::require_shape(false, ("resnet: host buffer " + std::to_string(i) + " has another shape or type").c_str());
     cuda_detail::device_guard guard(ctx_.pool->device());
-    const cudaMemcpyKind kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
     auto move = [&](T* dev, tensor& t) {
       const std::size_t bytes = std::size_t(t.numel()) * sizeof(T);
-      if (to_device) BRAID_CUDA_CHECK(cudaMemcpyAsync(dev, t.data<T>(), bytes, kind, ctx_.stream));
-      else BRAID_CUDA_CHECK(cudaMemcpyAsync(t.data<T>(), dev, bytes, kind, ctx_.stream));
-      BRAID_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream)); // pageable host memory: finish each before the next
+      if (to_device) BRAID_CUDA_CHECK(cudaMemcpyAsync(dev, t.data<T>(), bytes, cudaMemcpyHostToDevice, ctx_.stream));
+      else BRAID_CUDA_CHECK(cudaMemcpyAsync(t.data<T>(), dev, bytes, cudaMemcpyDeviceToHost, ctx_.stream));
     };
     for (std::size_t i = 0; i < ps.size(); ++i) move(tab_.w(i), ps[i]->value);
     for (std::size_t i = 0; i < bs.size(); ++i) move(tab_.b(i), *bs[i]);
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream)); // the host tensors are the caller's: done before return
   }
 
   detail::device_context ctx_;

@@ -370,16 +370,21 @@ template <class T> struct softmax_ce_forward {
     loss[i] = lse - double(zi[y]);
   }
 };
-// d(scale * mean loss)/dlogits = f * (p - onehot), f = scale / n, one element.
+// d(scale * mean loss)/dlogits = f * (p - onehot), f = scale / n, one element. With scale_at set
+// (the device loss scaler's scale, read where the kernel runs: no host synchronisation), f is
+// T(*scale_at / rows) instead, the same expression the host computes from a scale it holds.
 template <class T> struct softmax_ce_backward {
   const T* p;
   const std::int32_t* labels;
   T* g;
   T f;
   std::int64_t k;
+  const double* scale_at = nullptr;
+  std::int64_t rows = 1;
   BRAID_HD void operator()(std::int64_t e) const {
     const std::int64_t i = e / k, j = e - i * k;
-    g[e] = f * (p[e] - (j == labels[i] ? T(1) : T(0)));
+    const T fe = scale_at ? T(*scale_at / double(rows)) : f;
+    g[e] = fe * (p[e] - (j == labels[i] ? T(1) : T(0)));
   }
 };
 

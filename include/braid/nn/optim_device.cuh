@@ -285,6 +285,17 @@ public:
     return s;
   }
   double scale() const { return read().scale; }
+  // A checkpoint's scaler: the scale, the clean steps since the last change, the steps skipped so far
+  // (nn::loss_scaler::set_state's). Synchronises the stream.
+  void set_state(double scale, int clean, std::uint64_t skipped) {
+    if (!(scale > 0) || clean < 0) raise(errc::invalid_argument, "fused::loss_scaler::set_state: needs scale > 0 and clean >= 0");
+    rules::scaler_state s;
+    s.scale = scale;
+    s.clean = clean;
+    s.skipped = skipped;
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(state_.get(), &s, sizeof s, cudaMemcpyHostToDevice, stream_));
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
   int clean_steps() const { return read().clean; }
   std::uint64_t skipped() const { return read().skipped; }
   // Whether the last update let the step through.

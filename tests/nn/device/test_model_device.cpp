@@ -20,6 +20,7 @@
 #include <exception>
 #include <random>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 using namespace braid::nn;
@@ -84,7 +85,9 @@ template <class T> double rel_err(const T* a, const T* b, std::int64_t n) {
   return big > 0 ? diff / big : diff;
 }
 
-template <class T> void compare_one_step(double tol) {
+// mixed: 0 none; 1 bf16, 2 fp16 (float only): the loss gradient scaled by a device loss scaler's
+// scale (1024) and rounded to the compute type, against the host's ce.backward(1024) rounded by rules.
+template <class T> void compare_one_step(double tol, int mixed = 0) {
   std::mt19937_64 init(11), data(12);
   auto host = resnet<T>(1, 10, init, 1, 4, false);
   device_side d(0);
@@ -102,13 +105,27 @@ template <class T> void compare_one_step(double tol) {
   host->zero_grad();
   tensor logits = host->forward(x);
   const double host_loss = ce.forward(logits, labels);
-  host->backward(ce.backward());
+  constexpr double scale = 1024.0;
+  if (mixed == 0) host->backward(ce.backward());
+  else {
+    tensor dy = ce.backward(scale);
+    for (std::int64_t i = 0; i < dy.numel(); ++i) dy.template data<T>()[i] = T(rules::round_to(float(dy.template data<T>()[i]), mixed == 1));
+    host->backward(dy);
+  }
 
   T* xd = d.upload(x.template data<T>(), x.numel());
   std::int32_t* ld = d.upload(labels.data(), n);
   const T* zd = net.forward(xd, x.shape());
   net.loss(ld);
-  net.backward();
+  if constexpr (std::is_same_v<T, float>) {
+    fused::loss_scaler scaler(d.stream, scale);
+    if (mixed == 0) net.backward();
+    else net.backward(scaler, mixed == 1);
+    EMU_OK(cudaStreamSynchronize(d.stream)); // the scaler's state is read by backward's kernels
+  } else {
+    REQUIRE_EQ(mixed, 0);
+    net.backward();
+  }
   const auto z = d.download(zd, logits.numel());
   CHECK(rel_err(z.data(), logits.template data<T>(), logits.numel()) <= tol);
   const auto [loss_sum, right] = net.take_sums();
@@ -147,6 +164,8 @@ template <class T> void compare_one_step(double tol) {
 TEST_CASE("fused::resnet: one training step equals the host resnet (double, float)") {
   SUBCASE("double") { compare_one_step<double>(1e-10); }
   SUBCASE("float") { compare_one_step<float>(1e-4); }
+  SUBCASE("float, mixed precision bf16 (device loss scale, rounded loss gradient)") { compare_one_step<float>(1e-4, 1); }
+  SUBCASE("float, mixed precision fp16") { compare_one_step<float>(1e-4, 2); }
 }
 
 TEST_CASE("fused::resnet: 2 GPUs on B/2 (bucket reducer, fused SGD) equal 1 GPU on B; the same bits on both ranks") {
