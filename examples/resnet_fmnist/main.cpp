@@ -3,7 +3,10 @@
 // (--backend host), or GPUs of this process (--backend cuda: braid::cuda::create_group, one host
 // thread per GPU, the model on the device as nn::fused::resnet, gradients averaged in buckets while
 // backward runs, fused optimizers; in the binaries built with BRAID_RESNET_CUDA: resnet_fmnist_emu on
-// braid's emulated CUDA device, resnet_fmnist_cuda with nvcc). The CUDA path trains in fp32.
+// braid's emulated CUDA device, resnet_fmnist_cuda with nvcc). Both paths train in fp32, bf16 or fp16
+// (mixed precision: fp32 master weights, compute-type weights and gradients, dynamic loss scaling).
+// With --launch env each process is one rank instead, started by torchrun, mpirun or srun
+// (communicator_from_env for the host backend, cuda::process_communicator::from_env for cuda).
 //
 //   resnet_fmnist --ranks 2 --epochs 10 --batch 128 --lr 0.1 --optimizer sgd --precision fp32
 //
@@ -30,9 +33,14 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <functional>
 #include <mutex>
+#include <span>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 using namespace braid::nn;
@@ -58,6 +66,8 @@ struct config {
   int blas_threads = 0;      // 0: cores / ranks
   std::uint64_t seed = 1;
   bool augment = true;
+  std::string launch = "threads"; // threads: ranks are threads (or GPUs) of this process; env: one process per rank
+  int process_rank = 0;           // --launch env: this process's rank (0 otherwise)
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -67,13 +77,16 @@ struct config {
                "         [--optimizer sgd|adamw|lamb] [--precision fp32|bf16|fp16] [--resume FILE]\n"
                "         [--checkpoint FILE] [--csv FILE] [--train-subset N] [--test-subset N] [--blocks n]\n"
                "         [--width W] [--wd X] [--log-every S] [--seed S] [--blas-threads T] [--no-augment]\n"
-               "         [--stop-after E] [--data DIR]\n",
+               "         [--stop-after E] [--data DIR] [--launch threads|env]\n"
+               "  --launch env: this process is one rank of a job started by torchrun, mpirun or srun (or with\n"
+               "  BRAID_UNIQUE_ID, RANK and WORLD_SIZE set); --ranks is the job's size\n",
                why);
   std::exit(2);
 }
 
 config parse(int argc, char** argv) {
   config c;
+  bool ranks_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto val = [&]() -> std::string {
@@ -87,7 +100,10 @@ config parse(int argc, char** argv) {
       if (v.empty() || *end) usage(("not a number: " + a + " " + v).c_str());
       return d;
     };
-    if (a == "--ranks") c.ranks = int(num());
+    if (a == "--ranks") {
+      c.ranks = int(num());
+      ranks_given = true;
+    } else if (a == "--launch") c.launch = val();
     else if (a == "--backend") c.backend = val();
     else if (a == "--epochs") c.epochs = int(num());
     else if (a == "--batch") c.batch = int(num());
@@ -111,6 +127,21 @@ config parse(int argc, char** argv) {
     else if (a == "-h" || a == "--help") usage("help");
     else usage(("unknown flag " + a).c_str());
   }
+  if (c.launch != "threads" && c.launch != "env") usage("--launch: threads or env");
+  if (c.launch == "env") {
+    braid::launch_info li;
+    try {
+      li = braid::launch_info_from_env();
+    } catch (const braid::error& e) {
+      usage((std::string("--launch env: ") + e.what()).c_str());
+    }
+    if (ranks_given && c.ranks != li.size)
+      usage(("--launch env: --ranks " + std::to_string(c.ranks) + " but the launcher started " + std::to_string(li.size) +
+             " processes")
+                .c_str());
+    c.ranks = li.size;
+    c.process_rank = li.rank;
+  }
   if (c.ranks < 1 || c.ranks > 64) usage("--ranks must be in 1..64");
   if (c.epochs < 1) usage("--epochs must be >= 1");
   if (c.batch < c.ranks || c.batch % c.ranks) usage("--batch must be a multiple of --ranks");
@@ -128,6 +159,58 @@ struct shared_state {
   std::vector<std::mt19937_64> rngs; // each rank's augmentation engine
   std::mutex mu;
 };
+
+// --launch env: every rank's augmentation engine into every process's sh.rngs (rank 0 writes them
+// all into the checkpoint), through the host communicator's all_gather; synchronises the ranks.
+void share_rngs(braid::communicator& host, shared_state& sh) {
+  constexpr std::size_t cap = 8192; // an mt19937_64's text is at most 312 numbers of 20 digits
+  std::ostringstream os;
+  os << sh.rngs[std::size_t(host.rank())];
+  const std::string mine = os.str();
+  if (mine.size() >= cap) throw braid::error(braid::errc::internal, "resnet_fmnist: an engine's state does not fit");
+  std::vector<char> in(cap, '\0'), all(cap * std::size_t(host.size()));
+  std::copy(mine.begin(), mine.end(), in.begin());
+  host.all_gather(in.data(), all.data(), cap);
+  for (int r = 0; r < host.size(); ++r) {
+    std::istringstream is(std::string(all.data() + std::size_t(r) * cap));
+    is >> sh.rngs[std::size_t(r)];
+  }
+}
+
+// What every checkpoint of this trainer records of the run, host or CUDA: how it was run, where it
+// stopped, and every rank's augmentation engine (all current: the caller has synchronised the ranks).
+void put_run(checkpoint& ck, const config& cfg, const shared_state& sh, std::int64_t epochs_done, std::int64_t step) {
+  ck.put_string("backend", cfg.backend);
+  ck.put_int("ranks", cfg.ranks);
+  ck.put_string("precision", cfg.precision);
+  for (int r = 0; r < cfg.ranks; ++r) ck.put_rng("rng." + std::to_string(r), sh.rngs[std::size_t(r)]);
+  ck.put_int("epoch", epochs_done);
+  ck.put_int("step", step);
+}
+// On --resume: refuses a checkpoint of another run's shape, restores this rank's engine, and returns
+// {epochs done, steps done}.
+std::pair<std::int64_t, std::int64_t> get_run(const checkpoint& ck, const config& cfg, int rank, std::mt19937_64& rng) {
+  const std::string backend = ck.has("backend") ? ck.get_string("backend") : "host";
+  if (backend != cfg.backend || ck.get_int("ranks") != cfg.ranks || ck.get_string("precision") != cfg.precision)
+    throw braid::invalid_argument("--resume: " + cfg.resume + " was written by a run with --backend " + backend + " --ranks " +
+                                  std::to_string(ck.get_int("ranks")) + " --precision " + ck.get_string("precision") +
+                                  "; this run has --backend " + cfg.backend + " --ranks " + std::to_string(cfg.ranks) +
+                                  " --precision " + cfg.precision);
+  ck.get_rng("rng." + std::to_string(rank), rng);
+  const std::int64_t epoch = ck.get_int("epoch"), step = ck.get_int("step");
+  if (rank == 0) std::printf("resumed from %s at epoch %lld, step %lld\n", cfg.resume.c_str(), (long long)epoch, (long long)step);
+  return {epoch, step};
+}
+// The loss scaler's state in a checkpoint (mixed precision).
+void put_scaler(checkpoint& ck, double scale, int clean, std::uint64_t skipped) {
+  ck.put_real("scaler.scale", scale);
+  ck.put_int("scaler.clean", clean);
+  ck.put_int("scaler.skipped", std::int64_t(skipped));
+}
+// The progress line's mixed-precision part.
+std::string scaler_note(double scale, std::uint64_t skipped) {
+  return " scale " + std::to_string(std::int64_t(scale)) + " skipped " + std::to_string(skipped);
+}
 
 // Rank 0's progress line and its CSV row.
 void print_progress(std::ofstream& csv, const config& cfg, std::int64_t epoch, std::int64_t s, std::int64_t steps_per_epoch,
@@ -156,37 +239,48 @@ void print_test(std::ofstream& csv, const config& cfg, std::int64_t epoch, std::
 // in 256 KiB buckets by fused::bucket_reducer on a second stream while backward runs, and the fused
 // optimizer steps on the device. The host waits for the device only to reuse the pinned buffer (the
 // previous step's upload), at the progress lines, at evaluation and for checkpoints.
+// A cuBLAS handle, destroyed with its owner.
+struct blas_handle {
+  cublasHandle_t h = nullptr;
+  blas_handle() {
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) throw braid::error(braid::errc::cuda, "resnet_fmnist: cublasCreate failed");
+  }
+  blas_handle(const blas_handle&) = delete;
+  blas_handle& operator=(const blas_handle&) = delete;
+  ~blas_handle() { (void)cublasDestroy(h); }
+};
+// One rank's streams, cuBLAS handle and pinned upload buffers. Each member releases its own handle,
+// so a constructor that fails partway leaks nothing; the destructor first lets both streams finish
+// (the pinned buffers may still be read by an upload).
 struct cuda_rank_resources {
-  cudaStream_t compute = nullptr, comm = nullptr;
-  cublasHandle_t blas = nullptr;
+  braid::cuda_detail::owned_stream compute, comm;
+  blas_handle blas;
+  braid::cuda_detail::owned_event uploaded;
+  braid::cuda_detail::grow_only<braid::cuda_detail::memory_kind::pinned> x_mem, l_mem;
   float* pinned_x = nullptr;
   std::int32_t* pinned_l = nullptr;
-  cudaEvent_t uploaded = nullptr;
-  explicit cuda_rank_resources(std::int64_t images, std::int64_t pixels) {
-    BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
-    BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&comm, cudaStreamNonBlocking));
-    if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) throw braid::error(braid::errc::cuda, "resnet_fmnist: cublasCreate failed");
-    BRAID_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned_x), std::size_t(images * pixels) * sizeof(float)));
-    BRAID_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned_l), std::size_t(images) * sizeof(std::int32_t)));
-    BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&uploaded, cudaEventDisableTiming));
+  cuda_rank_resources(std::int64_t images, std::int64_t pixels) {
+    BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&compute.h, cudaStreamNonBlocking));
+    BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&comm.h, cudaStreamNonBlocking));
+    BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&uploaded.h, cudaEventDisableTiming));
+    pinned_x = x_mem.get<float>(std::size_t(images * pixels), uploaded.h);
+    pinned_l = l_mem.get<std::int32_t>(std::size_t(images), uploaded.h);
   }
   cuda_rank_resources(const cuda_rank_resources&) = delete;
   cuda_rank_resources& operator=(const cuda_rank_resources&) = delete;
   ~cuda_rank_resources() {
-    if (compute) cudaStreamSynchronize(compute);
-    if (comm) cudaStreamSynchronize(comm);
-    if (uploaded) cudaEventDestroy(uploaded);
-    if (pinned_l) cudaFreeHost(pinned_l);
-    if (pinned_x) cudaFreeHost(pinned_x);
-    if (blas) cublasDestroy(blas);
-    if (comm) cudaStreamDestroy(comm);
-    if (compute) cudaStreamDestroy(compute);
+    (void)cudaStreamSynchronize(compute.h);
+    (void)cudaStreamSynchronize(comm.h);
   }
 };
 
-void train_cuda_rank(const config& cfg, braid::cuda::communicator& comm, const image_dataset& train, const image_dataset& test,
-                     double mean, double stdev, std::int64_t steps_per_epoch, const schedule& sched, shared_state& sh,
-                     std::barrier<>& sync, std::ofstream& csv) {
+// One rank, over braid::cuda::communicator (a GPU of this process) or process_communicator (one
+// process per GPU). sync(): before a checkpoint, every rank's engine is current in sh.rngs (and, with
+// thread ranks, again after it: rank 0 has read them).
+template <class Comm>
+void train_cuda_rank(const config& cfg, Comm& comm, const image_dataset& train, const image_dataset& test, double mean,
+                     double stdev, std::int64_t steps_per_epoch, const schedule& sched, shared_state& sh,
+                     const std::function<void()>& sync, std::ofstream& csv) {
   const int rank = comm.rank();
   BRAID_CUDA_CHECK(cudaSetDevice(comm.device()));
   const int local = cfg.batch / cfg.ranks, test_batch = 250;
@@ -196,20 +290,27 @@ void train_cuda_rank(const config& cfg, braid::cuda::communicator& comm, const i
     cuda_rank_resources res(most, pixels);
     std::mt19937_64 init(cfg.seed);
     auto host_model = resnet<float>(cfg.blocks, 10, init, 1, cfg.width, false);
-    fused::resnet<float> net(cfg.blocks, 10, 1, cfg.width, pool, res.compute, res.blas);
+    fused::resnet<float> net(cfg.blocks, 10, 1, cfg.width, pool, res.compute.h, res.blas.h);
     net.load(*host_model);
     net.set_buckets(std::int64_t(1) << 16);
-    const fused::flat_params<float> fp{net.values(), net.grads(), net.size(), net.segments()};
+    // bf16 and fp16: the optimizer steps fp32 master weights, rounded into the model after each step
+    // (fused::round_into), the loss is scaled by a device loss scaler, and each averaged gradient is
+    // rounded to the compute type, checked and unscaled before the step; a step with an overflow is
+    // skipped on the device. The rules are the host path's (mixed_precision, loss_scaler); the
+    // gradients are averaged in float here (the host path averages them in the compute type).
+    const bool mixed = cfg.precision != "fp32", bf16 = cfg.precision == "bf16";
+    float* master = mixed ? static_cast<float*>(pool.allocate(std::size_t(net.size()) * sizeof(float), res.compute.h)) : nullptr;
+    fused::loss_scaler scaler(res.compute.h);
+    const fused::flat_params<float> fp{mixed ? master : net.values(), net.grads(), net.size(), net.segments()};
     std::unique_ptr<fused::optimizer<float>> opt;
-    if (cfg.optimizer == "sgd") opt = std::make_unique<fused::sgd<float>>(fp, res.compute, 0.9, cfg.wd, true);
-    else if (cfg.optimizer == "adamw") opt = std::make_unique<fused::adam<float>>(fp, res.compute, cfg.wd, true);
-    else opt = std::make_unique<fused::lamb<float>>(fp, res.compute, cfg.wd);
+    if (cfg.optimizer == "sgd") opt = std::make_unique<fused::sgd<float>>(fp, res.compute.h, 0.9, cfg.wd, true);
+    else if (cfg.optimizer == "adamw") opt = std::make_unique<fused::adam<float>>(fp, res.compute.h, cfg.wd, true);
+    else opt = std::make_unique<fused::lamb<float>>(fp, res.compute.h, cfg.wd);
     std::mt19937_64& rng = sh.rngs[std::size_t(rank)];
     std::int64_t epoch = 0, step = 0;
     if (!cfg.resume.empty()) {
       checkpoint ck = checkpoint::load(cfg.resume);
-      if (ck.get_string("backend") != "cuda" || ck.get_int("ranks") != cfg.ranks || ck.get_string("precision") != cfg.precision)
-        throw braid::invalid_argument("--resume: the checkpoint was written with another --backend, --ranks or --precision");
+      std::tie(epoch, step) = get_run(ck, cfg, rank, rng);
       ck.get_module("model.", *host_model);
       net.load(*host_model);
       for (std::size_t k = 0; k < opt->state_count(); ++k) {
@@ -217,48 +318,59 @@ void train_cuda_rank(const config& cfg, braid::cuda::communicator& comm, const i
         ck.get("opt.state." + std::to_string(k), st);
         BRAID_CUDA_CHECK(cudaMemcpy(opt->state(k), st.data<float>(), std::size_t(net.size()) * sizeof(float), cudaMemcpyHostToDevice));
       }
+      if (mixed) {
+        tensor m({net.size()}, braid::dtype::float32);
+        ck.get("master", m);
+        BRAID_CUDA_CHECK(cudaMemcpy(master, m.data<float>(), std::size_t(net.size()) * sizeof(float), cudaMemcpyHostToDevice));
+        scaler.set_state(ck.get_real("scaler.scale"), int(ck.get_int("scaler.clean")), std::uint64_t(ck.get_int("scaler.skipped")));
+      }
       BRAID_CUDA_CHECK(cudaDeviceSynchronize());
       opt->set_steps(ck.get_int("opt.steps"));
-      ck.get_rng("rng." + std::to_string(rank), rng);
-      epoch = ck.get_int("epoch");
-      step = ck.get_int("step");
-      if (rank == 0) std::printf("resumed from %s at epoch %lld, step %lld\n", cfg.resume.c_str(), (long long)epoch, (long long)step);
     }
     // Every collective of this rank goes on the one communication stream (the bucket averages run
     // there), in the same order on every rank; the compute stream is synchronised around the few
     // outside the steps. DDP's start: every rank takes rank 0's parameters and statistics.
     auto broadcast_from_0 = [&](float* p, std::int64_t n) {
-      BRAID_CUDA_CHECK(cudaStreamSynchronize(res.compute));
-      comm.broadcast(p, p, std::size_t(n), 0, res.comm);
-      BRAID_CUDA_CHECK(cudaStreamSynchronize(res.comm));
+      BRAID_CUDA_CHECK(cudaStreamSynchronize(res.compute.h));
+      comm.broadcast(p, p, std::size_t(n), 0, res.comm.h);
+      BRAID_CUDA_CHECK(cudaStreamSynchronize(res.comm.h));
     };
     broadcast_from_0(net.values(), net.size());
     broadcast_from_0(net.buffers(), net.buffer_size());
-    fused::bucket_reducer<braid::cuda::communicator> reducer(comm, net.grads(), net.size(), net.bucket_begin(), res.comm);
-    net.on_bucket_ready([&](std::size_t b) { reducer.ready(b, res.compute); });
+    if (mixed && cfg.resume.empty()) { // the masters start as rank 0's weights; the model holds them rounded
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(master, net.values(), std::size_t(net.size()) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                       res.compute.h));
+      fused::round_into(master, net.values(), net.size(), bf16, res.compute.h);
+    }
+    fused::bucket_reducer<Comm> reducer(comm, net.grads(), net.size(), net.bucket_begin(), res.comm.h);
+    net.on_bucket_ready([&](std::size_t b) { reducer.ready(b, res.compute.h); });
 
-    float* x_dev = static_cast<float*>(pool.allocate(std::size_t(most * pixels) * sizeof(float), res.compute));
-    auto* l_dev = static_cast<std::int32_t*>(pool.allocate(std::size_t(most) * sizeof(std::int32_t), res.compute));
-    auto* sum_dev = static_cast<double*>(pool.allocate(3 * sizeof(double), res.compute));
+    float* x_dev = static_cast<float*>(pool.allocate(std::size_t(most * pixels) * sizeof(float), res.compute.h));
+    auto* l_dev = static_cast<std::int32_t*>(pool.allocate(std::size_t(most) * sizeof(std::int32_t), res.compute.h));
+    auto* sum_dev = static_cast<double*>(pool.allocate(3 * sizeof(double), res.compute.h));
     // A batch up to the device (the pinned buffer is reused once the last upload has run).
     std::vector<std::int32_t> labels;
-    auto upload = [&](const image_dataset& d, const std::int64_t* idx, std::int64_t k, const augment& aug) {
+    // Training batches are rounded to the compute type in mixed precision (the host path's rule).
+    auto upload = [&](const image_dataset& d, const std::int64_t* idx, std::int64_t k, const augment& aug, bool round) {
       tensor x = make_batch(d, idx, k, mean, stdev, aug, rng, labels);
-      BRAID_CUDA_CHECK(cudaEventSynchronize(res.uploaded));
+      if (round)
+        for (float& v : std::span<float>(x.data<float>(), std::size_t(x.numel()))) v = braid::nn::rules::round_to(v, bf16);
+      BRAID_CUDA_CHECK(cudaEventSynchronize(res.uploaded.h));
       std::copy(x.data<float>(), x.data<float>() + x.numel(), res.pinned_x);
       std::copy(labels.begin(), labels.end(), res.pinned_l);
-      BRAID_CUDA_CHECK(cudaMemcpyAsync(x_dev, res.pinned_x, std::size_t(x.numel()) * sizeof(float), cudaMemcpyHostToDevice, res.compute));
-      BRAID_CUDA_CHECK(cudaMemcpyAsync(l_dev, res.pinned_l, std::size_t(k) * sizeof(std::int32_t), cudaMemcpyHostToDevice, res.compute));
-      BRAID_CUDA_CHECK(cudaEventRecord(res.uploaded, res.compute));
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(x_dev, res.pinned_x, std::size_t(x.numel()) * sizeof(float), cudaMemcpyHostToDevice, res.compute.h));
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(l_dev, res.pinned_l, std::size_t(k) * sizeof(std::int32_t), cudaMemcpyHostToDevice, res.compute.h));
+      BRAID_CUDA_CHECK(cudaEventRecord(res.uploaded.h, res.compute.h));
       return x.shape();
     };
     // Sums v[0..2] over the ranks (on the device, through braid::cuda's all_reduce).
     auto sum_ranks = [&](double* v) {
-      BRAID_CUDA_CHECK(cudaStreamSynchronize(res.compute));
-      BRAID_CUDA_CHECK(cudaMemcpyAsync(sum_dev, v, 3 * sizeof(double), cudaMemcpyHostToDevice, res.comm));
-      comm.all_reduce(sum_dev, sum_dev, 3, braid::sum{}, res.comm);
-      BRAID_CUDA_CHECK(cudaMemcpyAsync(v, sum_dev, 3 * sizeof(double), cudaMemcpyDeviceToHost, res.comm));
-      BRAID_CUDA_CHECK(cudaStreamSynchronize(res.comm));
+      BRAID_CUDA_CHECK(cudaStreamSynchronize(res.compute.h));
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(sum_dev, v, 3 * sizeof(double), cudaMemcpyHostToDevice, res.comm.h));
+      comm.all_reduce(sum_dev, sum_dev, 3, braid::sum{}, res.comm.h);
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(v, sum_dev, 3 * sizeof(double), cudaMemcpyDeviceToHost, res.comm.h));
+      BRAID_CUDA_CHECK(cudaStreamSynchronize(res.comm.h));
+      comm.check(); // what a collective's kernel recorded (a timeout, a dead peer), as an exception
     };
 
     distributed_sampler sampler(train.n, cfg.ranks, rank, cfg.seed);
@@ -272,14 +384,23 @@ void train_cuda_rank(const config& cfg, braid::cuda::communicator& comm, const i
       auto win_t = clock_type::now();
       (void)net.take_sums();
       for (std::int64_t s = 0; s < steps_per_epoch; ++s, ++step) {
-        const shape_t shape = upload(train, idx.data() + s * local, local, aug);
+        const shape_t shape = upload(train, idx.data() + s * local, local, aug, mixed);
         net.zero_grad();
         net.forward(x_dev, shape);
         net.loss(l_dev);
-        net.backward();
-        reducer.finish(res.compute);
         const double lr = sched.at(step);
-        opt->step(lr);
+        if (mixed) {
+          net.backward(scaler, bf16);
+          reducer.finish(res.compute.h);
+          scaler.unscale(net.grads(), net.size(), bf16);
+          scaler.update();
+          opt->step(lr, &scaler);
+          fused::round_into(master, net.values(), net.size(), bf16, res.compute.h);
+        } else {
+          net.backward();
+          reducer.finish(res.compute.h);
+          opt->step(lr);
+        }
         win_n += local;
         const bool last = s + 1 == steps_per_epoch;
         if ((cfg.log_every > 0 && (s + 1) % cfg.log_every == 0) || last) {
@@ -292,7 +413,8 @@ void train_cuda_rank(const config& cfg, braid::cuda::communicator& comm, const i
           const double ips = w[2] / std::chrono::duration<double>(clock_type::now() - win_t).count();
           if (rank == 0)
             print_progress(csv, cfg, epoch, s, steps_per_epoch, step, w, loss_sum, correct, seen, lr, ips,
-                           std::chrono::duration<double>(clock_type::now() - t0).count(), std::string());
+                           std::chrono::duration<double>(clock_type::now() - t0).count(),
+                           mixed ? [&] { const auto st = scaler.read(); return scaler_note(st.scale, st.skipped); }() : std::string());
           win_n = 0;
           win_t = clock_type::now();
         }
@@ -306,7 +428,7 @@ void train_cuda_rank(const config& cfg, braid::cuda::communicator& comm, const i
       for (std::int64_t i = lo; i < hi; ++i) tidx.push_back(i);
       for (std::int64_t i = lo; i < hi; i += test_batch) {
         const std::int64_t k = std::min<std::int64_t>(test_batch, hi - i);
-        const shape_t shape = upload(test, tidx.data() + (i - lo), k, augment{});
+        const shape_t shape = upload(test, tidx.data() + (i - lo), k, augment{}, false);
         net.forward(x_dev, shape);
         net.loss(l_dev);
       }
@@ -317,35 +439,40 @@ void train_cuda_rank(const config& cfg, braid::cuda::communicator& comm, const i
         print_test(csv, cfg, epoch, step, t, sched.at(std::max<std::int64_t>(step - 1, 0)),
                    std::chrono::duration<double>(clock_type::now() - t0).count());
       if (!cfg.checkpoint_path.empty()) {
-        sync.arrive_and_wait(); // every rank's engine is current in sh.rngs
+        sync(); // every rank's engine is current in sh.rngs
         if (rank == 0) {
           net.store(*host_model);
           checkpoint ck;
-          ck.put_string("backend", "cuda");
-          ck.put_int("ranks", cfg.ranks);
-          ck.put_string("precision", cfg.precision);
+          put_run(ck, cfg, sh, epoch + 1, step);
           ck.put_module("model.", *host_model);
           for (std::size_t k = 0; k < opt->state_count(); ++k) {
             tensor st({net.size()}, braid::dtype::float32);
             BRAID_CUDA_CHECK(cudaMemcpyAsync(st.data<float>(), opt->state(k), std::size_t(net.size()) * sizeof(float),
-                                             cudaMemcpyDeviceToHost, res.compute));
-            BRAID_CUDA_CHECK(cudaStreamSynchronize(res.compute));
+                                             cudaMemcpyDeviceToHost, res.compute.h));
+            BRAID_CUDA_CHECK(cudaStreamSynchronize(res.compute.h));
             ck.put("opt.state." + std::to_string(k), st);
           }
           ck.put_int("opt.steps", opt->steps());
-          for (int r = 0; r < cfg.ranks; ++r) ck.put_rng("rng." + std::to_string(r), sh.rngs[std::size_t(r)]);
-          ck.put_int("epoch", epoch + 1);
-          ck.put_int("step", step);
+          if (mixed) {
+            tensor m({net.size()}, braid::dtype::float32);
+            BRAID_CUDA_CHECK(cudaMemcpyAsync(m.data<float>(), master, std::size_t(net.size()) * sizeof(float), cudaMemcpyDeviceToHost,
+                                             res.compute.h));
+            BRAID_CUDA_CHECK(cudaStreamSynchronize(res.compute.h));
+            ck.put("master", m);
+            const auto st = scaler.read();
+            put_scaler(ck, st.scale, st.clean, st.skipped);
+          }
           ck.save(cfg.checkpoint_path);
           std::printf("checkpoint: %s (epoch %lld)\n", cfg.checkpoint_path.c_str(), (long long)epoch + 1);
         }
-        sync.arrive_and_wait();
+        sync();
       }
     }
-    BRAID_CUDA_CHECK(cudaStreamSynchronize(res.compute));
-    pool.deallocate(sum_dev, res.compute);
-    pool.deallocate(l_dev, res.compute);
-    pool.deallocate(x_dev, res.compute);
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(res.compute.h));
+    pool.deallocate(sum_dev, res.compute.h);
+    pool.deallocate(l_dev, res.compute.h);
+    pool.deallocate(x_dev, res.compute.h);
+    if (master) pool.deallocate(master, res.compute.h);
   }
   if (rank == 0) std::cout << "device " << pool.stats() << "\n";
 }
@@ -361,12 +488,13 @@ void train_cuda(const config& cfg, const image_dataset& train, const image_datas
   std::iota(ids.begin(), ids.end(), 0);
   auto comms = braid::cuda::create_group(ids);
   std::barrier<> sync(cfg.ranks);
+  const std::function<void()> arrive = [&] { sync.arrive_and_wait(); };
   std::vector<std::exception_ptr> errors(ids.size());
   std::vector<std::thread> threads;
   for (std::size_t r = 0; r < ids.size(); ++r)
     threads.emplace_back([&, r] {
       try {
-        train_cuda_rank(cfg, comms[r], train, test, mean, stdev, steps_per_epoch, sched, sh, sync, csv);
+        train_cuda_rank(cfg, comms[r], train, test, mean, stdev, steps_per_epoch, sched, sh, arrive, csv);
       } catch (...) {
         errors[r] = std::current_exception();
         for (auto& c : comms) c.abort(); // the peers' collectives end with `aborted` instead of waiting
@@ -376,6 +504,23 @@ void train_cuda(const config& cfg, const image_dataset& train, const image_datas
   for (auto& t : threads) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
+}
+
+// --backend cuda --launch env: this process is one rank, on GPU (rank % visible GPUs)
+// (process_communicator::from_env). An error aborts the communicator, so the peers' collectives end
+// with `aborted` instead of waiting for their timeout.
+void train_cuda_process(const config& cfg, const image_dataset& train, const image_dataset& test, double mean, double stdev,
+                        std::int64_t steps_per_epoch, const schedule& sched, shared_state& sh, std::ofstream& csv) {
+  auto comm = braid::cuda::process_communicator::from_env();
+  if (comm.rank() == 0) std::printf("process path: %s\n", comm.describe().c_str());
+  const std::function<void()> sync = [&] { share_rngs(comm.host(), sh); };
+  try {
+    train_cuda_rank(cfg, comm, train, test, mean, stdev, steps_per_epoch, sched, sh, sync, csv);
+  } catch (...) {
+    comm.abort();
+    throw;
+  }
+  comm.close();
 }
 #endif
 
@@ -389,7 +534,6 @@ int main(int argc, char** argv) {
                          "found CUDA) or resnet_fmnist_emu (braid's emulated CUDA device)\n");
     return 2;
 #endif
-    if (cfg.precision != "fp32") usage("--backend cuda trains in fp32 only (mixed precision on the device is not wired into the trainer yet)");
   }
   image_dataset train, test;
   try {
@@ -412,10 +556,16 @@ int main(int argc, char** argv) {
   const std::int64_t total_steps = steps_per_epoch * cfg.epochs;
   const schedule sched = schedule::cosine_lr(cfg.lr, total_steps, std::max<std::int64_t>(1, total_steps * cfg.warmup_epochs_pct / 100));
 
+  // --launch env: every process runs this; only rank 0 prints and writes the curves.
+  const bool speaker = cfg.process_rank == 0;
+  if (!speaker && !std::freopen("/dev/null", "w", stdout)) return 1;
   std::printf("resnet_fmnist: ResNet-%d (widths %d/%d/%d), %d rank(s) as %s, batch %d (%d per rank), %s, lr %g, "
               "wd %g, %s, cosine schedule with %lld warmup steps, %d epoch(s) x %lld steps\n",
               6 * cfg.blocks + 2, cfg.width, cfg.width * 2, cfg.width * 4, cfg.ranks,
-              cfg.backend == "cuda" ? "GPUs of this process" : "threads", cfg.batch, local,
+              cfg.launch == "env"      ? (cfg.backend == "cuda" ? "processes (one GPU each)" : "processes")
+              : cfg.backend == "cuda" ? "GPUs of this process"
+                                      : "threads",
+              cfg.batch, local,
               cfg.optimizer.c_str(), cfg.lr, cfg.wd, cfg.precision.c_str(),
               (long long)std::max<std::int64_t>(1, total_steps * cfg.warmup_epochs_pct / 100), cfg.epochs,
               (long long)steps_per_epoch);
@@ -424,8 +574,11 @@ int main(int argc, char** argv) {
               cfg.augment ? "crop (pad 2) + flip" : "off", blas_threads);
   std::fflush(stdout);
 
-  std::ofstream csv(cfg.csv);
-  csv << "kind,epoch,step,loss,accuracy,lr,images_per_s,elapsed_s\n";
+  std::ofstream csv;
+  if (speaker) {
+    csv.open(cfg.csv);
+    csv << "kind,epoch,step,loss,accuracy,lr,images_per_s,elapsed_s\n";
+  }
   shared_state sh;
   sh.rngs.resize(std::size_t(cfg.ranks));
   for (int r = 0; r < cfg.ranks; ++r) sh.rngs[std::size_t(r)].seed(cfg.seed * 1000003 + std::uint64_t(r));
@@ -434,7 +587,12 @@ int main(int argc, char** argv) {
 #if BRAID_RESNET_CUDA
   if (cfg.backend == "cuda") {
     try {
-      train_cuda(cfg, train, test, mean, stdev, steps_per_epoch, sched, sh, csv);
+#if defined(BRAID_CUDA_EMULATOR)
+      std::printf("emulated device: these GPUs are braid's emulated CUDA device on the CPU; images/s below are the emulator's, "
+                  "not a GPU's\n");
+#endif
+      if (cfg.launch == "env") train_cuda_process(cfg, train, test, mean, stdev, steps_per_epoch, sched, sh, csv);
+      else train_cuda(cfg, train, test, mean, stdev, steps_per_epoch, sched, sh, csv);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "resnet_fmnist: %s\n", e.what());
       rc = 1;
@@ -444,7 +602,7 @@ int main(int argc, char** argv) {
   }
 #endif
   try {
-    braid::run_threads(cfg.ranks, [&](braid::communicator& comm) {
+    auto host_rank = [&](braid::communicator& comm) {
       const int rank = comm.rank();
       std::mt19937_64 init(cfg.seed);
       auto model = resnet<float>(cfg.blocks, 10, init, 1, cfg.width);
@@ -471,19 +629,14 @@ int main(int argc, char** argv) {
       std::int64_t epoch = 0, step = 0;
       if (!cfg.resume.empty()) {
         checkpoint ck = checkpoint::load(cfg.resume);
-        if (ck.get_int("ranks") != cfg.ranks || ck.get_string("precision") != cfg.precision)
-          throw braid::invalid_argument("--resume: the checkpoint was written with other --ranks or --precision");
+        std::tie(epoch, step) = get_run(ck, cfg, rank, rng);
         ck.get_module("model.", *model);
         if (mp) {
           auto mps = mp->master_params();
           for (std::size_t i = 0; i < mps.size(); ++i) ck.get("master." + std::to_string(i), mps[i]->value);
         }
         ck.get_optimizer("opt.", *opt);
-        ck.get_rng("rng." + std::to_string(rank), rng);
         scaler.set_state(ck.get_real("scaler.scale"), int(ck.get_int("scaler.clean")), std::uint64_t(ck.get_int("scaler.skipped")));
-        epoch = ck.get_int("epoch");
-        step = ck.get_int("step");
-        if (rank == 0) std::printf("resumed from %s at epoch %lld, step %lld\n", cfg.resume.c_str(), (long long)epoch, (long long)step);
       }
       distributed_sampler sampler(train.n, cfg.ranks, rank, cfg.seed);
       softmax_cross_entropy<float> ce;
@@ -530,8 +683,7 @@ int main(int argc, char** argv) {
             if (rank == 0)
               print_progress(csv, cfg, epoch, s, steps_per_epoch, step, w, loss_sum, correct, seen, lr, ips,
                              std::chrono::duration<double>(clock_type::now() - t0).count(),
-                             mp ? " scale " + std::to_string(int64_t(scaler.scale())) + " skipped " + std::to_string(scaler.skipped())
-                                : std::string());
+                             mp ? scaler_note(scaler.scale(), scaler.skipped()) : std::string());
             win_loss = win_correct = win_n = 0;
             win_steps = 0;
             win_t = clock_type::now();
@@ -557,23 +709,18 @@ int main(int argc, char** argv) {
           print_test(csv, cfg, epoch, step, t, sched.at(std::max<std::int64_t>(step - 1, 0)),
                      std::chrono::duration<double>(clock_type::now() - t0).count());
         if (!cfg.checkpoint_path.empty()) {
-          comm.barrier(); // every rank's engine is current in sh.rngs
+          if (cfg.launch == "env") share_rngs(comm, sh); // every rank's engine is current in sh.rngs
+          else comm.barrier();
           if (rank == 0) {
             checkpoint ck;
-            ck.put_int("ranks", cfg.ranks);
-            ck.put_string("precision", cfg.precision);
+            put_run(ck, cfg, sh, epoch + 1, step);
             ck.put_module("model.", *model);
             if (mp) {
               auto mps = mp->master_params();
               for (std::size_t i = 0; i < mps.size(); ++i) ck.put("master." + std::to_string(i), mps[i]->value);
             }
             ck.put_optimizer("opt.", *opt);
-            for (int r = 0; r < cfg.ranks; ++r) ck.put_rng("rng." + std::to_string(r), sh.rngs[std::size_t(r)]);
-            ck.put_real("scaler.scale", scaler.scale());
-            ck.put_int("scaler.clean", scaler.clean_steps());
-            ck.put_int("scaler.skipped", std::int64_t(scaler.skipped()));
-            ck.put_int("epoch", epoch + 1);
-            ck.put_int("step", step);
+            put_scaler(ck, scaler.scale(), scaler.clean_steps(), scaler.skipped());
             ck.save(cfg.checkpoint_path);
             std::printf("checkpoint: %s (epoch %lld)\n", cfg.checkpoint_path.c_str(), (long long)epoch + 1);
           }
@@ -581,7 +728,18 @@ int main(int argc, char** argv) {
         }
       }
       if (rank == 0) std::cout << memory_pool::host().stats() << "\n";
-    });
+    };
+    if (cfg.launch == "env") {
+      braid::communicator comm = braid::communicator_from_env();
+      try {
+        host_rank(comm);
+      } catch (...) {
+        comm.abort();
+        throw;
+      }
+    } else {
+      braid::run_threads(cfg.ranks, host_rank);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "resnet_fmnist: %s\n", e.what());
     rc = 1;
