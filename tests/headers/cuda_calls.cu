@@ -1,5 +1,5 @@
 // tests/headers/cuda_calls.cu — what a user's translation unit does with <braid/cuda.cuh>: every
-// collective of both CUDA communicators, for float, double, half, bfloat16 and fp8 and several
+// collective of both CUDA communicators (and the one-process group's send / recv), for float, double, half, bfloat16 and fp8 and several
 // operators, so that their host paths and kernels are instantiated, and braid::nn's fused optimizers.
 // tests/headers/other_toolkit.sh compiles it (-c, sm_90) with toolchains other than the build's, and
 // header_check_cuda with the build's nvcc under the strict warning set; it is never linked or run.
@@ -33,6 +33,10 @@ void user_type_calls(braid::cuda::communicator& c, braid::cuda::process_communic
   p.reduce_scatter(v, v, 1, argmax{}, s);
   c.broadcast(px, px, 1, 0, s);
   c.all_gather(px, px, 1, s);
+  c.send(px, 1, 1, s); // point to point moves bytes: any trivially copyable type
+  c.recv(px, 1, 1, s);
+  c.send(v, 1, 1, s);
+  c.recv(v, 1, 1, s);
   p.broadcast(px, px, 1, 0, s);
   p.all_gather(px, px, 1, s);
 }
@@ -45,6 +49,11 @@ void calls(braid::cuda::communicator& c, braid::cuda::process_communicator& p, c
   c.reduce(e, e, 1, 0, braid::max{}, s);             // fp8
   c.broadcast(d, d, 1, 0, s);                        // copies only
   c.all_gather(f, f, 1, s);
+  c.send(f, 1, 1, s);                                // point to point (one-process group only)
+  c.recv(f, 1, 1, s);
+  c.send(static_cast<const double*>(d), 1, 1, s);
+  c.recv(h, 1, 1, s);
+  c.send(e, 1, 1, s);
   p.all_reduce(f, f, 1, braid::sum{}, s);            // the cross-process reduce kernel
   p.reduce_scatter(h, h, 1, braid::min{}, s);
   p.broadcast(b, b, 1, 0, s);

@@ -25,8 +25,11 @@
 #include "runtime.cuh"
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -100,6 +103,27 @@ struct rank_memory {
   std::uint64_t call_word = 0, calls = 0;    // this rank's call word chain (rank_call::call_word), calls made
 };
 
+// Point to point (communicator::send / recv): a send posts its message in the mailbox of its ordered
+// pair of ranks and waits on the host until the receiver has taken it; the receiver enqueues the copy
+// on its own stream and hands back an event after it. Posts are matched in FIFO order.
+struct p2p_post {
+  const void* src = nullptr;     // the sender's buffer
+  std::size_t bytes = 0;
+  cudaEvent_t ready = nullptr;   // on the sender's stream at its send: the data is there
+  // Set by the receiver, under the box's mutex, when it takes the post (taken = true):
+  bool taken = false;
+  std::uint64_t seq = 0;         // the message's number in its pair and direction, from 1
+  std::size_t expected = 0;      // the receiver's byte count (differs: both sides raise mismatch_error)
+  cudaEvent_t copied = nullptr;  // on the receiver's stream after the copy; the sender destroys it
+  std::string failure;           // the receiver could not enqueue the copy (the sender raises peer_error)
+};
+struct p2p_box {
+  std::mutex m;
+  std::condition_variable cv;
+  std::deque<std::shared_ptr<p2p_post>> q; // posted, not yet taken
+  std::uint64_t taken = 0;                  // messages taken so far (numbers them)
+};
+
 struct group_state {
   int nranks = 0;
   int blocks = 1, threads = 512;
@@ -111,6 +135,25 @@ struct group_state {
   options opts;
   std::mutex loaded_m;
   std::set<const void*> loaded; // kernel instantiations loaded on every GPU of the group
+  std::mutex p2p_m;                               // guards the slots of `boxes`
+  std::vector<std::unique_ptr<p2p_box>> boxes;    // [src * nranks + dst], made on first use
+
+  p2p_box& box(int src, int dst) {
+    std::lock_guard<std::mutex> lk(p2p_m);
+    if (boxes.empty()) boxes.resize(static_cast<std::size_t>(nranks) * static_cast<std::size_t>(nranks));
+    auto& b = boxes[static_cast<std::size_t>(src) * static_cast<std::size_t>(nranks) + static_cast<std::size_t>(dst)];
+    if (!b) b = std::make_unique<p2p_box>();
+    return *b;
+  }
+  // Wakes every rank waiting in send or recv (after abort() raised the flag they poll).
+  void wake_p2p() {
+    std::lock_guard<std::mutex> lk(p2p_m);
+    for (auto& b : boxes)
+      if (b) {
+        { std::lock_guard<std::mutex> bl(b->m); } // a waiter is either asleep or has yet to read the flag
+        b->cv.notify_all();
+      }
+  }
   ~group_state() {
     int saved = 0;
     cudaGetDevice(&saved);
@@ -210,10 +253,33 @@ public:
   // Raises the error a kernel of this group recorded (timeout, abort), if any: it names the rank that
   // gave up, the peer it waited for and its call (collective and sequence number) where known.
   void check() const { detail::raise_recorded(live().abort, error_context{rank_, nullptr, 0, -1}); }
-  // Makes every kernel of the group return at its next check (within microseconds).
+  // Makes every kernel of the group return at its next check (within microseconds), and every rank
+  // waiting in send or recv raise aborted_error at once.
   void abort() {
-    cuda_detail::record_failure({live().abort, cuda_detail::abort_host_slot},
+    detail::group_state& g = live();
+    cuda_detail::record_failure({g.abort, cuda_detail::abort_host_slot},
                                 cuda_detail::device_error{static_cast<unsigned>(errc::aborted), rank_, -1, cuda_detail::fail_step::aborted, 0, cuda_detail::call_id{}});
+    g.wake_p2p();
+  }
+
+  // Point to point, stream-ordered (docs/api.md, "Point to point on the device"). send posts `count`
+  // elements of `data` (device memory of this rank's GPU) for `peer` and waits on the host until
+  // peer's matching recv has enqueued the copy; `stream` then waits for the copy, so later work on it
+  // may overwrite `data`. recv waits on the host for peer's matching send and enqueues, on `stream`,
+  // a wait for the sender's stream (as of its send) and the copy into `data`. Messages of an ordered
+  // pair match in call order; byte sizes must be equal (else mismatch_error on both ranks). Blocking:
+  // one host thread per rank, never inside group_start()/group_end(). count == 0 returns at once.
+  template <class T> void send(const T* data, std::size_t count, int peer, cudaStream_t stream) {
+    static_assert(element<T>, "send: T must be trivially copyable (and not const or volatile)");
+    const error_context ctx = p2p_check<T>(data, count, peer, stream, "send");
+    if (count == 0) return;
+    p2p_send(data, count * sizeof(T), sizeof(T), peer, stream, ctx);
+  }
+  template <class T> void recv(T* data, std::size_t count, int peer, cudaStream_t stream) {
+    static_assert(element<T>, "recv: T must be trivially copyable (and not const or volatile)");
+    const error_context ctx = p2p_check<T>(data, count, peer, stream, "recv");
+    if (count == 0) return;
+    p2p_recv(data, count * sizeof(T), sizeof(T), peer, stream, ctx);
   }
 
 
@@ -271,6 +337,173 @@ private:
     (void)grid;
     std::lock_guard<std::mutex> lk(g.loaded_m);
     g.loaded.insert(reinterpret_cast<const void*>(kernel));
+  }
+
+  // ---- point to point ------------------------------------------------------------------------------
+  // How often a rank waiting in send or recv looks at the group's abort flag besides being woken by
+  // abort(): a kernel's recorded failure wakes nobody.
+  static constexpr std::chrono::milliseconds p2p_poll{2};
+
+  // Checks shared by send and recv, in the host communicator's order and words; returns the call's
+  // context. Nothing is posted or enqueued before all of them passed.
+  template <class T>
+  error_context p2p_check(const void* data, std::size_t count, int peer, cudaStream_t stream, const char* what) {
+    detail::group_state& g = live();
+    error_context ctx{rank_, what, 0, peer};
+    detail::raise_recorded(g.abort, ctx); // a stopped group refuses every call
+    const std::string w(what);
+    if (g.nranks == 1) raise(errc::invalid_argument, w + ": a group of one rank has no peer", ctx);
+    if (peer < 0 || peer >= g.nranks)
+      raise(errc::invalid_argument, w + ": peer " + std::to_string(peer) + " out of range [0, " + std::to_string(g.nranks) + ")", ctx);
+    if (peer == rank_) raise(errc::invalid_argument, w + ": peer is this rank itself", ctx);
+    if (count > static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(T))
+      raise(errc::invalid_argument, w + ": count * sizeof(T) overflows", ctx);
+    if (count) braid::detail::check_buffer<T>(data, (w + " buffer").c_str(), ctx);
+    if (detail::bracket().depth > 0)
+      raise(errc::invalid_usage,
+            w + " inside group_start()/group_end() (or a group_scope): send and recv wait on the host until the peer "
+                "makes the matching call, so they need one host thread per rank, calling them outside any bracket",
+            ctx);
+    if (count) {
+      cuda_detail::device_guard dg(g.ranks[static_cast<std::size_t>(rank_)].device);
+      if (detail::is_capturing(stream))
+        raise(errc::unsupported, w + " cannot be captured in a CUDA graph: it meets its peer on the host when it is enqueued", ctx);
+    }
+    return ctx;
+  }
+
+  static std::string p2p_ms(std::chrono::nanoseconds t) {
+    return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(t).count()) + " ms";
+  }
+  static std::string p2p_size(std::size_t bytes, std::size_t elem) {
+    return std::to_string(bytes) + " bytes (" + std::to_string(bytes / elem) + " elements of " + std::to_string(elem) + " bytes)";
+  }
+
+  // Waits on `b` (lock held) until `ready()`, the group's abort flag or the deadline; says which.
+  enum class p2p_wake { done, aborted, timed_out };
+  template <class Done>
+  static p2p_wake p2p_wait(detail::group_state& g, detail::p2p_box& b, std::unique_lock<std::mutex>& lk,
+                           std::chrono::steady_clock::time_point deadline, bool abort_first, Done ready) {
+    for (;;) {
+      const bool aborted = cuda_detail::abort_raised(g.abort);
+      if (aborted && abort_first) return p2p_wake::aborted;
+      if (ready()) return p2p_wake::done;
+      if (aborted) return p2p_wake::aborted;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) return p2p_wake::timed_out;
+      b.cv.wait_until(lk, std::min(deadline, now + p2p_poll));
+    }
+  }
+
+  void p2p_send(const void* data, std::size_t bytes, std::size_t elem, int peer, cudaStream_t stream, error_context ctx) {
+    detail::group_state& g = live();
+    const int dev = g.ranks[static_cast<std::size_t>(rank_)].device;
+    cuda_detail::device_guard dg(dev);
+    auto post = std::make_shared<detail::p2p_post>();
+    post->src = data;
+    post->bytes = bytes;
+    if (const cudaError_t e = cudaEventCreateWithFlags(&post->ready, cudaEventDisableTiming); e != cudaSuccess)
+      cuda_detail::raise_cuda(e, "cudaEventCreateWithFlags (send)", __FILE__, __LINE__, ctx);
+    if (const cudaError_t e = cudaEventRecord(post->ready, stream); e != cudaSuccess) {
+      cudaEventDestroy(post->ready);
+      cuda_detail::raise_cuda(e, "cudaEventRecord (the sender's stream)", __FILE__, __LINE__, ctx);
+    }
+    detail::p2p_box& b = g.box(rank_, peer);
+    std::unique_lock<std::mutex> lk(b.m);
+    b.q.push_back(post);
+    b.cv.notify_all();
+    const auto deadline = std::chrono::steady_clock::now() + g.opts.timeout;
+    const p2p_wake w = p2p_wait(g, b, lk, deadline, false, [&] { return post->taken; });
+    if (w != p2p_wake::done) {
+      // Not taken: withdraw the message, so that no later recv copies from a buffer the sender no
+      // longer promises to keep.
+      const auto it = std::find(b.q.begin(), b.q.end(), post);
+      ctx.seq = b.taken + static_cast<std::uint64_t>(it - b.q.begin()) + 1;
+      if (it != b.q.end()) b.q.erase(it);
+      lk.unlock();
+      cudaEventDestroy(post->ready);
+      if (w == p2p_wake::aborted) detail::raise_recorded(g.abort, ctx);
+      raise(errc::timeout, "rank " + std::to_string(rank_) + "'s send of " + p2p_size(bytes, elem) + " waited more than the timeout (" +
+                               p2p_ms(g.opts.timeout) + ") for rank " + std::to_string(peer) +
+                               " to make the matching recv; the message was withdrawn",
+            ctx);
+    }
+    lk.unlock();
+    ctx.seq = post->seq;
+    // Taken: the receiver's stream waits on `ready` already (or it refused the message).
+    cudaEventDestroy(post->ready);
+    if (!post->failure.empty())
+      raise(errc::peer_failed, "rank " + std::to_string(peer) + " could not enqueue the copy of this message: " + post->failure, ctx);
+    if (post->expected != bytes)
+      raise(errc::mismatch, "rank " + std::to_string(peer) + " refused a message of " + p2p_size(bytes, elem) + ": its recv expects " +
+                                std::to_string(post->expected) + " bytes; the message is dropped on both ranks",
+            ctx);
+    const cudaError_t e = cudaStreamWaitEvent(stream, post->copied, 0);
+    {
+      cuda_detail::device_guard pg(g.ranks[static_cast<std::size_t>(peer)].device); // the event is the receiver's
+      cudaEventDestroy(post->copied); // released by CUDA once the copy is done
+    }
+    if (e != cudaSuccess) cuda_detail::raise_cuda(e, "cudaStreamWaitEvent (the sender's stream, after the copy)", __FILE__, __LINE__, ctx);
+  }
+
+  void p2p_recv(void* data, std::size_t bytes, std::size_t elem, int peer, cudaStream_t stream, error_context ctx) {
+    detail::group_state& g = live();
+    cuda_detail::device_guard dg(g.ranks[static_cast<std::size_t>(rank_)].device);
+    detail::p2p_box& b = g.box(peer, rank_);
+    std::unique_lock<std::mutex> lk(b.m);
+    const auto deadline = std::chrono::steady_clock::now() + g.opts.timeout;
+    const p2p_wake w = p2p_wait(g, b, lk, deadline, true, [&] { return !b.q.empty(); });
+    if (w != p2p_wake::done) {
+      ctx.seq = b.taken + 1;
+      lk.unlock();
+      if (w == p2p_wake::aborted) detail::raise_recorded(g.abort, ctx);
+      raise(errc::timeout, "rank " + std::to_string(rank_) + "'s recv of " + p2p_size(bytes, elem) + " waited more than the timeout (" +
+                               p2p_ms(g.opts.timeout) + ") for rank " + std::to_string(peer) + " to make the matching send",
+            ctx);
+    }
+    const std::shared_ptr<detail::p2p_post> post = b.q.front();
+    b.q.pop_front();
+    post->seq = ++b.taken;
+    post->expected = bytes;
+    ctx.seq = post->seq;
+    // Whatever happens now, the sender is told (taken) and raises too where this call raises.
+    auto hand_back = [&] {
+      post->taken = true;
+      b.cv.notify_all();
+    };
+    if (post->bytes != bytes) {
+      const std::size_t theirs = post->bytes;
+      hand_back();
+      lk.unlock();
+      raise(errc::mismatch, "rank " + std::to_string(peer) + " sent " + std::to_string(theirs) + " bytes but this recv expects " +
+                                p2p_size(bytes, elem) + "; the message is dropped on both ranks",
+            ctx);
+    }
+    cudaEvent_t copied = nullptr;
+    const char* call = "cudaEventCreateWithFlags (recv)";
+    cudaError_t e = cudaEventCreateWithFlags(&copied, cudaEventDisableTiming);
+    if (e == cudaSuccess) {
+      call = "cudaStreamWaitEvent (the receiver's stream, for the sender's)";
+      e = cudaStreamWaitEvent(stream, post->ready, 0);
+    }
+    if (e == cudaSuccess) {
+      call = "cudaMemcpyAsync (recv)";
+      e = cudaMemcpyAsync(data, post->src, bytes, cudaMemcpyDefault, stream);
+    }
+    if (e == cudaSuccess) {
+      call = "cudaEventRecord (the receiver's stream, after the copy)";
+      e = cudaEventRecord(copied, stream);
+    }
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      if (copied) cudaEventDestroy(copied);
+      post->failure = std::string(call) + " failed: " + cudaGetErrorName(e);
+      hand_back();
+      lk.unlock();
+      cuda_detail::raise_cuda(e, call, __FILE__, __LINE__, ctx);
+    }
+    post->copied = copied;
+    hand_back();
   }
 
   friend class detail::stream_collectives<communicator>;
