@@ -12,6 +12,10 @@
 //   ... optimizer over {net.values(), net.grads(), net.size(), net.segments()} ...
 //   net.store(host_model);                    // back to the host (checkpoints, evaluation there)
 //
+// A pipeline stage keeps only some of the top-level children (resnet(..., first, last); see
+// pipeline_device.cuh); mixed precision scales and rounds the loss gradient on the device
+// (backward(loss_scaler, bf16)).
+//
 // The layers are nn::resnet's, in its order: conv3x3-BN-ReLU, 3 stages of `blocks` basic blocks
 // (16, 32, 64 channels times width/16; stride 2 at the start of stages 2 and 3, with a 1x1
 // convolution + BN shortcut), global average pooling, linear. Parameters are listed in the host
@@ -439,23 +443,43 @@ public:
   // stream and the handle must outlive the model. Parameters start at zero (running variance at
   // one): load() the host model's to begin.
   resnet(int blocks, int classes, int in_ch, int width, device_pool& pool, cudaStream_t stream, cublasHandle_t blas)
-      : ctx_{stream, blas, &pool}, classes_(classes) {
+      : resnet(blocks, classes, in_ch, width, pool, stream, blas, 0, std::size_t(-1)) {}
+  // A pipeline stage: only nn::resnet's top-level children [first, last) (conv, bn, relu, the
+  // 3 * blocks basic blocks, global pooling, linear: children() = 3 * blocks + 5 of them; last is
+  // clamped to that), the same layers take_stage(host model, cuts, s) keeps, so load()/store() take
+  // that host stage. forward() takes the stage's input (the previous stage's output: see
+  // input_shape()); loss() and backward(scale) need the last child (has_loss()); other stages run
+  // backward_from(dy), which returns the gradient of their input.
+  resnet(int blocks, int classes, int in_ch, int width, device_pool& pool, cudaStream_t stream, cublasHandle_t blas,
+         std::size_t first, std::size_t last)
+      : ctx_{stream, blas, &pool}, classes_(classes), blocks_(blocks), in_ch_(in_ch), width_(width) {
     detail::require_shape(blocks > 0 && classes > 0 && in_ch > 0 && width > 0, "resnet: bad shape");
+    children_ = 3 * std::size_t(blocks) + 5;
+    last = std::min(last, children_);
+    detail::require_shape(first < last, "resnet: a stage needs first < last <= children()");
+    first_ = first;
+    last_ = last;
     cuda_detail::device_guard guard(pool.device());
     detail::blas_check(cublasSetStream(blas, stream), "cublasSetStream");
-    net_.template add<detail::conv_layer<T>>(ctx_, tab_, in_ch, width, 3, 1, 1);
-    net_.template add<detail::bn_layer<T>>(ctx_, tab_, width);
-    net_.template add<detail::relu_layer<T>>(ctx_, tab_);
+    std::size_t k = 0;
+    auto mine = [&] { return k >= first_ && k < last_; };
+    if (mine()) net_.template add<detail::conv_layer<T>>(ctx_, tab_, in_ch, width, 3, 1, 1);
+    ++k;
+    if (mine()) net_.template add<detail::bn_layer<T>>(ctx_, tab_, width);
+    ++k;
+    if (mine()) net_.template add<detail::relu_layer<T>>(ctx_, tab_);
+    ++k;
     int ch = width;
     for (int stage = 0; stage < 3; ++stage) {
       const int out = width << stage;
-      for (int b = 0; b < blocks; ++b) {
-        net_.template add<detail::block_layer<T>>(ctx_, tab_, ch, out, (stage > 0 && b == 0) ? 2 : 1);
+      for (int b = 0; b < blocks; ++b, ++k) {
+        if (mine()) net_.template add<detail::block_layer<T>>(ctx_, tab_, ch, out, (stage > 0 && b == 0) ? 2 : 1);
         ch = out;
       }
     }
-    net_.template add<detail::gap_layer<T>>(ctx_, tab_);
-    net_.template add<detail::linear_layer<T>>(ctx_, tab_, ch, classes);
+    if (mine()) net_.template add<detail::gap_layer<T>>(ctx_, tab_);
+    ++k;
+    if (mine()) net_.template add<detail::linear_layer<T>>(ctx_, tab_, ch, classes);
     // Flat layout: the reverse of collect() order, each tensor at a multiple of 256 bytes (the zero
     // padding between them stays zero: zero gradients, and every optimizer leaves a zero weight with a
     // zero gradient at zero), so every bucket and segment starts 16-byte aligned.
@@ -507,6 +531,36 @@ public:
     return s;
   }
   cudaStream_t stream() const noexcept { return ctx_.stream; }
+  device_pool& pool() const noexcept { return *ctx_.pool; }
+
+  // Stages: nn::resnet's top-level child count, this model's [first, last), whether it ends with the
+  // classifier (loss() and backward(scale) need it).
+  std::size_t children() const noexcept { return children_; }
+  std::size_t first_child() const noexcept { return first_; }
+  std::size_t last_child() const noexcept { return last_; }
+  bool has_loss() const noexcept { return last_ == children_; }
+  // The shape of this stage's input for n images of h x w (in_ch channels): the output shape of
+  // children [0, first) of the whole network (shape arithmetic only).
+  shape_t input_shape(std::int64_t n, std::int64_t h, std::int64_t w) const {
+    if (first_ == 0) return shape_t({n, in_ch_, h, w});
+    auto conv3 = [&](std::int64_t stride) { // 3x3, padding 1
+      h = (h + 2 - 3) / stride + 1;
+      w = (w + 2 - 3) / stride + 1;
+    };
+    conv3(1); // children 0-2: conv, bn, relu
+    std::int64_t c = width_;
+    std::size_t k = 3;
+    for (int stage = 0; stage < 3; ++stage)
+      for (int b = 0; b < blocks_; ++b, ++k) {
+        if (k >= first_) return shape_t({n, c, h, w});
+        conv3((stage > 0 && b == 0) ? 2 : 1);
+        c = std::int64_t(width_) << stage;
+      }
+    if (k >= first_) return shape_t({n, c, h, w}); // the pooling's input
+    return shape_t({n, c});                         // the linear layer's input
+  }
+  // The last forward's output shape.
+  const shape_t& output_shape() const { return net_.out(); }
 
   // Gradient buckets of about `elems` elements (0: one per parameter tensor), whole tensors each,
   // ascending from offset 0: the boundaries for fused::bucket_reducer. After each backward()'s last
@@ -541,24 +595,29 @@ public:
   // Softmax cross-entropy of the last forward's logits against `labels` (device memory, n int32 in
   // [0, classes): not checked on the device); adds the batch's summed loss and right answers to the
   // running sums (take_sums()).
-  void loss(const std::int32_t* labels) {
+  // count = false: the probabilities for backward only, the running sums untouched (a pipeline's
+  // recomputed micro-batch).
+  void loss(const std::int32_t* labels, bool count = true) {
+    detail::require_shape(has_loss(), "resnet::loss: this stage does not end with the classifier");
     cuda_detail::device_guard guard(ctx_.pool->device());
     labels_ = labels;
     T* p = probs_.grow(ctx_, batch_ * classes_);
     double* rl = row_loss_.grow(ctx_, batch_);
     std::int32_t* rr = row_right_.grow(ctx_, batch_);
     softmax_ce_forward(logits_, labels, p, rl, rr, batch_, classes_, ctx_.stream);
-    for_each(1, ops::ce_accumulate{rl, rr, batch_, sums_.get()}, ctx_.stream);
+    if (count) for_each(1, ops::ce_accumulate{rl, rr, batch_, sums_.get()}, ctx_.stream);
   }
   // Backward of scale * (mean loss): adds dL/dparam into grads(), calling the bucket callback as
-  // buckets finish.
-  void backward(double scale = 1.0) {
+  // buckets finish. Returns d(input) (a stage's, for the previous stage), valid until the next forward
+  // or backward.
+  const T* backward(double scale = 1.0) {
+    detail::require_shape(has_loss(), "resnet::backward: this stage does not end with the classifier (backward_from)");
     cuda_detail::device_guard guard(ctx_.pool->device());
     for (std::size_t b = 0; b < pending_.size(); ++b) pending_[b] = 0;
     for (std::size_t i = 0; i < bucket_of_.size(); ++i) ++pending_[bucket_of_[i]];
     T* g = dlogits_.grow(ctx_, batch_ * classes_);
     softmax_ce_backward(static_cast<const T*>(probs_.get()), labels_, g, batch_, classes_, scale, ctx_.stream);
-    (void)net_.backward(g);
+    return net_.backward(g);
   }
   // Mixed precision (T = float; the values() hold weights rounded to the compute type, see
   // fused::round_into): backward of scaler's scale * (mean loss), the scale read on the device (no
@@ -569,6 +628,7 @@ public:
     requires std::is_same_v<T, float>
   {
     detail::require_shape(scaler.stream() == ctx_.stream, "resnet::backward: the loss scaler runs on another stream");
+    detail::require_shape(has_loss(), "resnet::backward: this stage does not end with the classifier");
     cuda_detail::device_guard guard(ctx_.pool->device());
     for (std::size_t b = 0; b < pending_.size(); ++b) pending_[b] = 0;
     for (std::size_t i = 0; i < bucket_of_.size(); ++i) ++pending_[bucket_of_[i]];
@@ -577,6 +637,15 @@ public:
                         ctx_.stream);
     round_into(g, g, batch_ * classes_, bf16, ctx_.stream);
     (void)net_.backward(g);
+  }
+  // A stage without the classifier: backward of the last forward from dy (output_shape(), device
+  // memory), adding dL/dparam into grads() with the bucket callbacks; returns d(input), valid until the
+  // next forward or backward.
+  const T* backward_from(const T* dy) {
+    cuda_detail::device_guard guard(ctx_.pool->device());
+    for (std::size_t b = 0; b < pending_.size(); ++b) pending_[b] = 0;
+    for (std::size_t i = 0; i < bucket_of_.size(); ++i) ++pending_[bucket_of_[i]];
+    return net_.backward(dy);
   }
   void zero_grad() { BRAID_CUDA_CHECK(cudaMemsetAsync(tab_.grad, 0, std::size_t(n_) * sizeof(T), ctx_.stream)); }
   // The running sums of loss and right answers since the last call (synchronises), then zero.
@@ -624,6 +693,8 @@ private:
   detail::param_table<T> tab_;
   detail::chain<T> net_;
   std::int64_t classes_, n_ = 0, nbuf_ = 0, batch_ = 0;
+  int blocks_, in_ch_, width_;
+  std::size_t children_ = 0, first_ = 0, last_ = 0;
   detail::pooled<T> values_, grads_, buffers_, probs_, dlogits_;
   detail::pooled<double> sums_, row_loss_;
   detail::pooled<std::int32_t> row_right_;
