@@ -12,7 +12,8 @@
 //   ... optimizer over {net.values(), net.grads(), net.size(), net.segments()} ...
 //   net.store(host_model);                    // back to the host (checkpoints, evaluation there)
 //
-// A pipeline stage keeps only some of the top-level children (resnet(..., first, last); see
+// fused::sequential<T> is the general form: add<fused::conv2d>(...), ... then build(); fused::resnet
+// is a sequential of nn::resnet's layers. A pipeline stage keeps only some of the top-level children (resnet(..., first, last); see
 // pipeline_device.cuh); mixed precision scales and rounds the loss gradient on the device
 // (backward(loss_scaler, bf16)).
 //
@@ -434,52 +435,43 @@ private:
 
 } // namespace detail
 
-template <class T> class resnet {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "fused::resnet computes in float or double");
+// Layers for sequential::add (their constructor arguments after the model's own):
+//   conv2d(in_ch, out_ch, k, stride, pad)       no bias, as nn::conv2d(..., bias = false)
+//   batchnorm2d(channels, momentum = 0.1, eps = 1e-5)
+//   relu()
+//   basic_block(in_ch, out_ch, stride)           nn::basic_block
+//   global_avgpool()                             [n, c, h, w] -> [n, c]
+//   linear(in, out)                              with bias
+template <class T> using conv2d = detail::conv_layer<T>;
+template <class T> using batchnorm2d = detail::bn_layer<T>;
+template <class T> using relu = detail::relu_layer<T>;
+template <class T> using basic_block = detail::block_layer<T>;
+template <class T> using global_avgpool = detail::gap_layer<T>;
+template <class T> using linear = detail::linear_layer<T>;
+
+// A network of the layers above on one device, in order: the device counterpart of nn::sequential
+// of the same layers. add() them, then build() (lays out the flat buffers: see the top of this file);
+// load() then takes a host model whose parameters() and buffers() are the same list.
+template <class T> class sequential {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "fused models compute in float or double");
 
 public:
-  // nn::resnet(blocks, classes, rng, in_ch, width)'s layers on the device of `pool`, enqueued on
-  // `stream`; `blas` is set to `stream` here and must stay this model's while it runs. The pool, the
-  // stream and the handle must outlive the model. Parameters start at zero (running variance at
-  // one): load() the host model's to begin.
-  resnet(int blocks, int classes, int in_ch, int width, device_pool& pool, cudaStream_t stream, cublasHandle_t blas)
-      : resnet(blocks, classes, in_ch, width, pool, stream, blas, 0, std::size_t(-1)) {}
-  // A pipeline stage: only nn::resnet's top-level children [first, last) (conv, bn, relu, the
-  // 3 * blocks basic blocks, global pooling, linear: children() = 3 * blocks + 5 of them; last is
-  // clamped to that), the same layers take_stage(host model, cuts, s) keeps, so load()/store() take
-  // that host stage. forward() takes the stage's input (the previous stage's output: see
-  // input_shape()); loss() and backward(scale) need the last child (has_loss()); other stages run
-  // backward_from(dy), which returns the gradient of their input.
-  resnet(int blocks, int classes, int in_ch, int width, device_pool& pool, cudaStream_t stream, cublasHandle_t blas,
-         std::size_t first, std::size_t last)
-      : ctx_{stream, blas, &pool}, classes_(classes), blocks_(blocks), in_ch_(in_ch), width_(width) {
-    detail::require_shape(blocks > 0 && classes > 0 && in_ch > 0 && width > 0, "resnet: bad shape");
-    children_ = 3 * std::size_t(blocks) + 5;
-    last = std::min(last, children_);
-    detail::require_shape(first < last, "resnet: a stage needs first < last <= children()");
-    first_ = first;
-    last_ = last;
+  // The layers will run on the device of `pool`, enqueued on `stream`; `blas` is set to `stream` here
+  // and must stay this model's while it runs. The pool, the stream and the handle must outlive the
+  // model. After build(), parameters are zero (running variance one): load() a host model's.
+  sequential(device_pool& pool, cudaStream_t stream, cublasHandle_t blas) : ctx_{stream, blas, &pool} {
     cuda_detail::device_guard guard(pool.device());
     detail::blas_check(cublasSetStream(blas, stream), "cublasSetStream");
-    std::size_t k = 0;
-    auto mine = [&] { return k >= first_ && k < last_; };
-    if (mine()) net_.template add<detail::conv_layer<T>>(ctx_, tab_, in_ch, width, 3, 1, 1);
-    ++k;
-    if (mine()) net_.template add<detail::bn_layer<T>>(ctx_, tab_, width);
-    ++k;
-    if (mine()) net_.template add<detail::relu_layer<T>>(ctx_, tab_);
-    ++k;
-    int ch = width;
-    for (int stage = 0; stage < 3; ++stage) {
-      const int out = width << stage;
-      for (int b = 0; b < blocks; ++b, ++k) {
-        if (mine()) net_.template add<detail::block_layer<T>>(ctx_, tab_, ch, out, (stage > 0 && b == 0) ? 2 : 1);
-        ch = out;
-      }
-    }
-    if (mine()) net_.template add<detail::gap_layer<T>>(ctx_, tab_);
-    ++k;
-    if (mine()) net_.template add<detail::linear_layer<T>>(ctx_, tab_, ch, classes);
+  }
+  // Appends layer L (one of the aliases above) built from args; before build() only.
+  template <template <class> class L, class... A> L<T>& add(A&&... args) {
+    detail::require_shape(!built_, "add: the model is built already");
+    return net_.template add<L<T>>(ctx_, tab_, std::forward<A>(args)...);
+  }
+  // Lays out and allocates the flat buffers; once.
+  void build() {
+    detail::require_shape(!built_, "build: the model is built already");
+    cuda_detail::device_guard guard(ctx_.pool->device());
     // Flat layout: the reverse of collect() order, each tensor at a multiple of 256 bytes (the zero
     // padding between them stays zero: zero gradients, and every optimizer leaves a zero weight with a
     // zero gradient at zero), so every bucket and segment starts 16-byte aligned.
@@ -500,20 +492,22 @@ public:
     tab_.grad = grads_.grow(ctx_, n_);
     tab_.buffer = buffers_.grow(ctx_, nbuf_);
     sums_.grow(ctx_, 2);
-    BRAID_CUDA_CHECK(cudaMemsetAsync(tab_.value, 0, std::size_t(n_) * sizeof(T), stream));
-    BRAID_CUDA_CHECK(cudaMemsetAsync(tab_.grad, 0, std::size_t(n_) * sizeof(T), stream));
-    BRAID_CUDA_CHECK(cudaMemsetAsync(sums_.get(), 0, 2 * sizeof(double), stream));
+    BRAID_CUDA_CHECK(cudaMemsetAsync(tab_.value, 0, std::size_t(n_) * sizeof(T), ctx_.stream));
+    BRAID_CUDA_CHECK(cudaMemsetAsync(tab_.grad, 0, std::size_t(n_) * sizeof(T), ctx_.stream));
+    BRAID_CUDA_CHECK(cudaMemsetAsync(sums_.get(), 0, 2 * sizeof(double), ctx_.stream));
     std::vector<T> init(static_cast<std::size_t>(nbuf_));
     for (std::size_t i = 0; i < tab_.buffer_shapes.size(); ++i) // running mean 0, running variance 1 (pairs)
       std::fill(init.begin() + tab_.buffer_offset[i], init.begin() + tab_.buffer_offset[i] + tab_.buffer_shapes[i].numel(),
                 T(i % 2 == 0 ? 0 : 1));
-    BRAID_CUDA_CHECK(cudaMemcpyAsync(tab_.buffer, init.data(), init.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
-    BRAID_CUDA_CHECK(cudaStreamSynchronize(stream));
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(tab_.buffer, init.data(), init.size() * sizeof(T), cudaMemcpyHostToDevice, ctx_.stream));
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
     tab_.on_ready = [this](std::size_t i) { param_ready(i); };
     set_buckets(0);
+    built_ = true;
   }
-  resnet(const resnet&) = delete;
-  resnet& operator=(const resnet&) = delete;
+  sequential(const sequential&) = delete;
+  sequential& operator=(const sequential&) = delete;
+  virtual ~sequential() = default;
 
   // The flat buffers: n = size() parameters, their gradients, and the running statistics.
   T* values() const noexcept { return tab_.value; }
@@ -533,32 +527,6 @@ public:
   cudaStream_t stream() const noexcept { return ctx_.stream; }
   device_pool& pool() const noexcept { return *ctx_.pool; }
 
-  // Stages: nn::resnet's top-level child count, this model's [first, last), whether it ends with the
-  // classifier (loss() and backward(scale) need it).
-  std::size_t children() const noexcept { return children_; }
-  std::size_t first_child() const noexcept { return first_; }
-  std::size_t last_child() const noexcept { return last_; }
-  bool has_loss() const noexcept { return last_ == children_; }
-  // The shape of this stage's input for n images of h x w (in_ch channels): the output shape of
-  // children [0, first) of the whole network (shape arithmetic only).
-  shape_t input_shape(std::int64_t n, std::int64_t h, std::int64_t w) const {
-    if (first_ == 0) return shape_t({n, in_ch_, h, w});
-    auto conv3 = [&](std::int64_t stride) { // 3x3, padding 1
-      h = (h + 2 - 3) / stride + 1;
-      w = (w + 2 - 3) / stride + 1;
-    };
-    conv3(1); // children 0-2: conv, bn, relu
-    std::int64_t c = width_;
-    std::size_t k = 3;
-    for (int stage = 0; stage < 3; ++stage)
-      for (int b = 0; b < blocks_; ++b, ++k) {
-        if (k >= first_) return shape_t({n, c, h, w});
-        conv3((stage > 0 && b == 0) ? 2 : 1);
-        c = std::int64_t(width_) << stage;
-      }
-    if (k >= first_) return shape_t({n, c, h, w}); // the pooling's input
-    return shape_t({n, c});                         // the linear layer's input
-  }
   // The last forward's output shape.
   const shape_t& output_shape() const { return net_.out(); }
 
@@ -587,6 +555,7 @@ public:
 
   // x: [n, in_ch, h, w] in device memory, valid until backward() returns. Returns the logits [n, classes].
   const T* forward(const T* x, const shape_t& in) {
+    detail::require_shape(built_, "forward: build() the model first");
     cuda_detail::device_guard guard(ctx_.pool->device());
     logits_ = net_.forward(x, in);
     batch_ = in[0];
@@ -598,9 +567,12 @@ public:
   // count = false: the probabilities for backward only, the running sums untouched (a pipeline's
   // recomputed micro-batch).
   void loss(const std::int32_t* labels, bool count = true) {
-    detail::require_shape(has_loss(), "resnet::loss: this stage does not end with the classifier");
+    detail::require_shape(classifier_ && built_, "loss: this model (stage) does not end with the classifier");
     cuda_detail::device_guard guard(ctx_.pool->device());
     labels_ = labels;
+    const shape_t& z = net_.out();
+    detail::require_shape(z.rank() == 2, "loss: the model's output is not [n, classes]");
+    classes_ = z[1];
     T* p = probs_.grow(ctx_, batch_ * classes_);
     double* rl = row_loss_.grow(ctx_, batch_);
     std::int32_t* rr = row_right_.grow(ctx_, batch_);
@@ -611,7 +583,7 @@ public:
   // buckets finish. Returns d(input) (a stage's, for the previous stage), valid until the next forward
   // or backward.
   const T* backward(double scale = 1.0) {
-    detail::require_shape(has_loss(), "resnet::backward: this stage does not end with the classifier (backward_from)");
+    detail::require_shape(classifier_ && built_, "backward: this model (stage) does not end with the classifier (backward_from)");
     cuda_detail::device_guard guard(ctx_.pool->device());
     for (std::size_t b = 0; b < pending_.size(); ++b) pending_[b] = 0;
     for (std::size_t i = 0; i < bucket_of_.size(); ++i) ++pending_[bucket_of_[i]];
@@ -627,8 +599,8 @@ public:
   void backward(const loss_scaler& scaler, bool bf16)
     requires std::is_same_v<T, float>
   {
-    detail::require_shape(scaler.stream() == ctx_.stream, "resnet::backward: the loss scaler runs on another stream");
-    detail::require_shape(has_loss(), "resnet::backward: this stage does not end with the classifier");
+    detail::require_shape(scaler.stream() == ctx_.stream, "backward: the loss scaler runs on another stream");
+    detail::require_shape(classifier_ && built_, "backward: this model (stage) does not end with the classifier");
     cuda_detail::device_guard guard(ctx_.pool->device());
     for (std::size_t b = 0; b < pending_.size(); ++b) pending_[b] = 0;
     for (std::size_t i = 0; i < bucket_of_.size(); ++i) ++pending_[bucket_of_[i]];
@@ -662,7 +634,7 @@ public:
   void load(module<T>& host) { transfer(host, true); }
   void store(module<T>& host) { transfer(host, false); }
 
-private:
+protected:
   void param_ready(std::size_t i) {
     const std::size_t b = bucket_of_[i];
     if (--pending_[b] == 0 && on_bucket_) on_bucket_(b);
@@ -671,13 +643,13 @@ private:
     const std::vector<parameter*> ps = host.parameters();
     const std::vector<tensor*> bs = host.buffers();
     detail::require_shape(ps.size() == tab_.names.size() && bs.size() == tab_.buffer_shapes.size(),
-                          "resnet: the host model has other layers");
+                          "load/store: the host model has other layers");
     for (std::size_t i = 0; i < ps.size(); ++i)
       if (ps[i]->value.shape() != tab_.shapes[i] || ps[i]->value.type() != dtype_of_v<T>)
-        detail::require_shape(false, ("resnet: host parameter " + std::to_string(i) + " (" + ps[i]->name + ") has another shape or type").c_str());
+        detail::require_shape(false, ("load/store: host parameter " + std::to_string(i) + " (" + ps[i]->name + ") has another shape or type").c_str());
     for (std::size_t i = 0; i < bs.size(); ++i)
       if (bs[i]->shape() != tab_.buffer_shapes[i] || bs[i]->type() != dtype_of_v<T>)
-        detail::require_shape(false, ("resnet: host buffer " + std::to_string(i) + " has another shape or type").c_str());
+        detail::require_shape(false, ("load/store: host buffer " + std::to_string(i) + " has another shape or type").c_str());
     cuda_detail::device_guard guard(ctx_.pool->device());
     auto move = [&](T* dev, tensor& t) {
       const std::size_t bytes = std::size_t(t.numel()) * sizeof(T);
@@ -692,9 +664,8 @@ private:
   detail::device_context ctx_;
   detail::param_table<T> tab_;
   detail::chain<T> net_;
-  std::int64_t classes_, n_ = 0, nbuf_ = 0, batch_ = 0;
-  int blocks_, in_ch_, width_;
-  std::size_t children_ = 0, first_ = 0, last_ = 0;
+  std::int64_t classes_ = 0, n_ = 0, nbuf_ = 0, batch_ = 0;
+  bool built_ = false, classifier_ = true;
   detail::pooled<T> values_, grads_, buffers_, probs_, dlogits_;
   detail::pooled<double> sums_, row_loss_;
   detail::pooled<std::int32_t> row_right_;
@@ -703,6 +674,82 @@ private:
   std::vector<std::int64_t> bucket_begin_;
   std::vector<std::size_t> bucket_of_, pending_;
   std::function<void(std::size_t)> on_bucket_;
+};
+
+// nn::resnet's network on the device, or a pipeline stage of it.
+template <class T> class resnet : public sequential<T> {
+public:
+  // nn::resnet(blocks, classes, rng, in_ch, width)'s layers (see sequential for pool, stream, blas).
+  resnet(int blocks, int classes, int in_ch, int width, device_pool& pool, cudaStream_t stream, cublasHandle_t blas)
+      : resnet(blocks, classes, in_ch, width, pool, stream, blas, 0, std::size_t(-1)) {}
+  // A pipeline stage: only nn::resnet's top-level children [first, last) (conv, bn, relu, the
+  // 3 * blocks basic blocks, global pooling, linear: children() = 3 * blocks + 5 of them; last is
+  // clamped to that), the same layers take_stage(host model, cuts, s) keeps, so load()/store() take
+  // that host stage. forward() takes the stage's input (the previous stage's output: see
+  // input_shape()); loss() and backward(scale) need the last child (has_loss()); other stages run
+  // backward_from(dy), which returns the gradient of their input.
+  resnet(int blocks, int classes, int in_ch, int width, device_pool& pool, cudaStream_t stream, cublasHandle_t blas,
+         std::size_t first, std::size_t last)
+      : sequential<T>(pool, stream, blas), blocks_(blocks), in_ch_(in_ch), width_(width) {
+    detail::require_shape(blocks > 0 && classes > 0 && in_ch > 0 && width > 0, "resnet: bad shape");
+    children_ = 3 * std::size_t(blocks) + 5;
+    last = std::min(last, children_);
+    detail::require_shape(first < last, "resnet: a stage needs first < last <= children()");
+    first_ = first;
+    last_ = last;
+    std::size_t k = 0;
+    auto mine = [&] { return k >= first_ && k < last_; };
+    if (mine()) this->template add<conv2d>(in_ch, width, 3, 1, 1);
+    ++k;
+    if (mine()) this->template add<batchnorm2d>(width);
+    ++k;
+    if (mine()) this->template add<relu>();
+    ++k;
+    int ch = width;
+    for (int stage = 0; stage < 3; ++stage) {
+      const int out = width << stage;
+      for (int b = 0; b < blocks; ++b, ++k) {
+        if (mine()) this->template add<basic_block>(ch, out, (stage > 0 && b == 0) ? 2 : 1);
+        ch = out;
+      }
+    }
+    if (mine()) this->template add<global_avgpool>();
+    ++k;
+    if (mine()) this->template add<linear>(ch, classes);
+    this->classifier_ = last_ == children_;
+    this->build();
+  }
+
+  // Stages: nn::resnet's top-level child count, this model's [first, last), whether it ends with the
+  // classifier (loss() and backward(scale) need it).
+  std::size_t children() const noexcept { return children_; }
+  std::size_t first_child() const noexcept { return first_; }
+  std::size_t last_child() const noexcept { return last_; }
+  bool has_loss() const noexcept { return last_ == children_; }
+  // The shape of this stage's input for n images of h x w (in_ch channels): the output shape of
+  // children [0, first) of the whole network (shape arithmetic only).
+  shape_t input_shape(std::int64_t n, std::int64_t h, std::int64_t w) const {
+    if (first_ == 0) return shape_t({n, in_ch_, h, w});
+    auto conv3 = [&](std::int64_t stride) { // 3x3, padding 1
+      h = (h + 2 - 3) / stride + 1;
+      w = (w + 2 - 3) / stride + 1;
+    };
+    conv3(1); // children 0-2: conv, bn, relu
+    std::int64_t c = width_;
+    std::size_t k = 3;
+    for (int stage = 0; stage < 3; ++stage)
+      for (int b = 0; b < blocks_; ++b, ++k) {
+        if (k >= first_) return shape_t({n, c, h, w});
+        conv3((stage > 0 && b == 0) ? 2 : 1);
+        c = std::int64_t(width_) << stage;
+      }
+    if (k >= first_) return shape_t({n, c, h, w}); // the pooling's input
+    return shape_t({n, c});                         // the linear layer's input
+  }
+
+private:
+  int blocks_, in_ch_, width_;
+  std::size_t children_ = 0, first_ = 0, last_ = 0;
 };
 
 } // namespace braid::nn::fused

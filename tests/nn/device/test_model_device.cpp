@@ -232,3 +232,63 @@ TEST_CASE("fused::resnet: refusals") {
   CHECK_THROWS_AS(net.forward(x, shape_t({2, 3, 12, 12})), braid::invalid_argument); // 3 channels, the model takes 1
   d.pool.deallocate(x, d.stream);
 }
+
+TEST_CASE("fused::sequential: a network of one's own (conv, BN, ReLU, a strided basic block, pooling, linear) equals the host's") {
+  std::mt19937_64 init(31), data(32);
+  sequential<float> host;
+  auto& c0 = host.add<conv2d<float>>(1, 6, 3, 1, 1, false, init);
+  auto& b0 = host.add<batchnorm2d<float>>(6);
+  c0.use_onednn(false);
+  b0.use_onednn(false);
+  host.add<relu<float>>();
+  host.add<basic_block<float>>(6, 12, 2, init, false);
+  host.add<global_avgpool<float>>();
+  host.add<linear<float>>(12, 7, init);
+
+  device_side d(0);
+  fused::sequential<float> net(d.pool, d.stream, d.blas);
+  net.add<fused::conv2d>(1, 6, 3, 1, 1);
+  net.add<fused::batchnorm2d>(6);
+  net.add<fused::relu>();
+  net.add<fused::basic_block>(6, 12, 2);
+  net.add<fused::global_avgpool>();
+  net.add<fused::linear>(12, 7);
+  float* x0 = static_cast<float*>(d.pool.allocate(sizeof(float), d.stream));
+  CHECK_THROWS_AS(net.forward(x0, shape_t({1, 1, 1, 1})), braid::invalid_argument); // not built yet
+  d.pool.deallocate(x0, d.stream);
+  net.build();
+  CHECK_THROWS_AS(net.build(), braid::invalid_argument);
+  CHECK_THROWS_AS(net.add<fused::relu>(), braid::invalid_argument);
+  REQUIRE_EQ(net.parameter_count(), host.parameters().size());
+  net.load(host);
+
+  const std::int64_t n = 5;
+  tensor x = random_images<float>(n, 10, data);
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(n));
+  for (auto& l : labels) l = std::int32_t(data() % 7);
+  softmax_cross_entropy<float> ce;
+  host.zero_grad();
+  tensor logits = host.forward(x);
+  const double host_loss = ce.forward(logits, labels);
+  host.backward(ce.backward());
+
+  float* xd = d.upload(x.data<float>(), x.numel());
+  std::int32_t* ld = d.upload(labels.data(), n);
+  const float* zd = net.forward(xd, x.shape());
+  CHECK(net.output_shape() == logits.shape());
+  net.loss(ld);
+  net.backward();
+  const auto z = d.download(zd, logits.numel());
+  CHECK(rel_err(z.data(), logits.data<float>(), logits.numel()) <= 1e-4);
+  const auto [loss_sum, right] = net.take_sums();
+  CHECK(std::fabs(loss_sum / double(n) - host_loss) <= 1e-4 * host_loss);
+  CHECK_EQ(right, double(ce.correct()));
+  const auto g = d.download(net.grads(), net.size());
+  const auto ps = host.parameters();
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    INFO("parameter ", i, " ", ps[i]->name);
+    CHECK(rel_err(g.data() + net.parameter_offset(i), ps[i]->grad.data<float>(), ps[i]->grad.numel()) <= 1e-4);
+  }
+  d.pool.deallocate(xd, d.stream);
+  d.pool.deallocate(ld, d.stream);
+}
