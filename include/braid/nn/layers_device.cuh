@@ -43,6 +43,43 @@ template <class Op> BRAID_KERNEL_BOUNDED(op_threads) void for_each_kernel(std::i
   for (std::int64_t i = std::int64_t(gpu::block_index()) * gpu::block_size() + gpu::thread_index(); i < n; i += step) op(i);
 }
 
+// The per-channel sums of ops.hpp's channel order: a block per channel, its threads taking partials
+// t, t + block, ... (consecutive threads read consecutive elements), then the fixed tree in shared
+// memory. Every thread calls channel_tree; part[0] holds the sum after it.
+template <class Acc> BRAID_DEVICE void channel_tree(Acc* part) {
+  for (int s = ops::channel_parts / 2; s >= 1; s /= 2) {
+    for (int p = int(gpu::thread_index()); p < s; p += int(gpu::block_size())) part[p] += part[p + s];
+    gpu::sync_block();
+  }
+}
+template <class T> BRAID_KERNEL_BOUNDED(op_threads) void bn_stats_kernel(ops::bn_stats<T> op) {
+  BRAID_SHARED double part[ops::channel_parts];
+  const std::int64_t c = std::int64_t(gpu::block_index()), m = op.n * op.hw;
+  const int t = int(gpu::thread_index()), bs = int(gpu::block_size());
+  if (!op.training) {
+    if (t == 0) op.finish(c, 0, 0);
+    return;
+  }
+  for (int p = t; p < ops::channel_parts; p += bs) part[p] = ops::channel_partial<double>(m, p, op.values(c));
+  gpu::sync_block();
+  channel_tree(part);
+  const double s = part[0];
+  gpu::sync_block(); // every thread has read the sum before the partials are overwritten
+  for (int p = t; p < ops::channel_parts; p += bs) part[p] = ops::channel_partial<double>(m, p, op.deviations(c, s / double(m)));
+  gpu::sync_block();
+  channel_tree(part);
+  if (t == 0) op.finish(c, s, part[0]);
+}
+template <class T> BRAID_KERNEL_BOUNDED(op_threads) void bn_grad_sums_kernel(ops::bn_grad_sums<T> op) {
+  BRAID_SHARED ops::sum2 part[ops::channel_parts];
+  const std::int64_t c = std::int64_t(gpu::block_index()), m = op.n * op.hw;
+  const int t = int(gpu::thread_index()), bs = int(gpu::block_size());
+  for (int p = t; p < ops::channel_parts; p += bs) part[p] = ops::channel_partial<ops::sum2>(m, p, op.terms_of(c));
+  gpu::sync_block();
+  channel_tree(part);
+  if (t == 0) op.finish(c, part[0]);
+}
+
 inline void require_shape(bool ok, const char* what) {
   if (!ok) raise(errc::invalid_argument, std::string("nn::fused: ") + what);
 }
@@ -56,6 +93,19 @@ template <class Op> void for_each(std::int64_t n, const Op& op, cudaStream_t str
   const unsigned blocks = unsigned(want < detail::op_max_blocks ? want : detail::op_max_blocks);
   const cudaError_t e = gpu::launch(detail::for_each_kernel<Op>, blocks, detail::op_block, 0, stream, n, op);
   if (e != cudaSuccess) cuda_detail::raise_cuda(e, "nn::fused::for_each", __FILE__, __LINE__);
+}
+
+// Batch-norm statistics and gradient sums, one block per channel (C blocks of the op block size):
+// the bits of the host's op(c) (ops.hpp's channel order), in parallel over the channel's elements.
+template <class T> void bn_stats(const ops::bn_stats<T>& op, cudaStream_t s) {
+  detail::require_shape(op.C > 0 && op.n > 0 && op.hw > 0, "bn_stats: bad shape");
+  const cudaError_t e = gpu::launch(detail::bn_stats_kernel<T>, unsigned(op.C), detail::op_block, 0, s, op);
+  if (e != cudaSuccess) cuda_detail::raise_cuda(e, "nn::fused::bn_stats", __FILE__, __LINE__);
+}
+template <class T> void bn_grad_sums(const ops::bn_grad_sums<T>& op, cudaStream_t s) {
+  detail::require_shape(op.C > 0 && op.n > 0 && op.hw > 0, "bn_grad_sums: bad shape");
+  const cudaError_t e = gpu::launch(detail::bn_grad_sums_kernel<T>, unsigned(op.C), detail::op_block, 0, s, op);
+  if (e != cudaSuccess) cuda_detail::raise_cuda(e, "nn::fused::bn_grad_sums", __FILE__, __LINE__);
 }
 
 template <class T> void relu_forward(const T* x, T* y, std::int64_t n, cudaStream_t s) {

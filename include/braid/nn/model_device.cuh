@@ -29,9 +29,11 @@
 //   conv2d      im2col of the whole batch into [c*k*k, n*ho*wo] (ops::im2col_batch), one GEMM
 //               W[o, c*k*k] x col, then a permute to NCHW; backward: dy permuted to [o, n*ho*wo],
 //               dW += dy' col^T (one GEMM over the batch), dcol = W^T dy' (one GEMM), col2im_batch.
-//   batchnorm2d ops::bn_stats per channel (one thread per channel, sums in double in the host's order),
-//               ops::bn_apply per element; backward ops::bn_grad_sums per channel, bn_grad_apply per
-//               element. The same bits as the host layer's hand-written path (it runs these ops).
+//   batchnorm2d ops::bn_stats per channel (a block per channel: each thread sums some of 256 strided
+//               partials in double, then a fixed tree in shared memory; ops.hpp's channel order, which
+//               the host runs in one pass), ops::bn_apply per element; backward ops::bn_grad_sums the
+//               same way, bn_grad_apply per element. The same bits as the host layer's hand-written
+//               path (it runs these ops).
 //   relu, residual add, global average pooling, softmax cross-entropy: ops.hpp, as on the host.
 //   linear      bias rows, then one GEMM (y = x W^T + b); backward two GEMMs and ops::bias_grad.
 // Scratch (column matrices, permuted gradients) comes from the device_pool and goes back to it in
@@ -43,9 +45,9 @@
 // the host BLAS's, so convolutions and the linear layer agree with the host model to rounding, not to
 // the bit; every rank that runs the same step on the same device type gets the same bits (cuBLAS's
 // GEMMs are deterministic for a given shape, device and library version). Performance notes, not
-// measured on a GPU: the per-channel batch-norm sums use one thread per channel (C threads, each
-// reading n*h*w elements) — a block-wide tree per channel is the known next step; the permutes cost
-// one extra pass over each convolution's output and gradient.
+// measured on a GPU: the per-channel batch-norm sums run a block per channel (C blocks), few blocks
+// for a large GPU when C is small; the permutes cost one extra pass over each convolution's output
+// and gradient.
 #pragma once
 
 #include <cstdint>
@@ -247,7 +249,7 @@ public:
     const std::int64_t n = in[0], hw = in[2] * in[3], all = in.numel();
     T* mu = mu_.grow(c, c_);
     T* is = invstd_.grow(c, c_);
-    for_each(c_, ops::bn_stats<T>{x, n, c_, hw, mom_, eps_, this->training_, this->tab_.b(mean_), this->tab_.b(var_), mu, is}, c.stream);
+    bn_stats(ops::bn_stats<T>{x, n, c_, hw, mom_, eps_, this->training_, this->tab_.b(mean_), this->tab_.b(var_), mu, is}, c.stream);
     T* y = y_.grow(c, all);
     for_each(all, ops::bn_apply<T>{x, mu, is, this->tab_.w(gamma_), this->tab_.w(beta_), xhat_.grow(c, all), y, c_, hw}, c.stream);
     return y;
@@ -256,10 +258,9 @@ public:
     auto& c = this->ctx_;
     const std::int64_t n = this->in_[0], hw = this->in_[2] * this->in_[3], all = this->in_.numel();
     pooled<T> coef(c, 3 * c_);
-    for_each(c_,
-             ops::bn_grad_sums<T>{dy, xhat_.get(), this->tab_.w(gamma_), invstd_.get(), n, c_, hw, this->tab_.g(gamma_),
-                                  this->tab_.g(beta_), coef.get()},
-             c.stream);
+    bn_grad_sums(ops::bn_grad_sums<T>{dy, xhat_.get(), this->tab_.w(gamma_), invstd_.get(), n, c_, hw, this->tab_.g(gamma_),
+                                      this->tab_.g(beta_), coef.get()},
+                 c.stream);
     this->tab_.ready(beta_);
     this->tab_.ready(gamma_);
     T* dx = dx_.grow(c, all);

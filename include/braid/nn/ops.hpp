@@ -228,9 +228,46 @@ template <class T> struct nchw_to_cn {
   }
 };
 
-// Batch normalisation over [n, C, hw], per channel c (one call each): the statistics (sums in double,
-// image by image, in order), the running statistics' update (training; unbiased variance), and the
-// channel's mean mu[c] and 1/sqrt(var + eps) invstd[c] in T; in evaluation, the running statistics.
+// Per-channel sums in an order that a block of threads computes in parallel and the host in one
+// pass, with the same bits: channel c's m = n*hw elements, numbered k = i*hw + j (image i, pixel j),
+// go to partial k % channel_parts; each partial adds its elements in increasing k; then the partials
+// are added pairwise in a fixed tree (part[p] += part[p + s] for s = channel_parts/2, ..., 1, all
+// p < s). A GPU block gives each of its threads some partials (consecutive threads read consecutive
+// elements), the host adds element k into partial k % channel_parts as it walks k.
+inline constexpr int channel_parts = 256;
+BRAID_HD std::int64_t channel_at(std::int64_t k, std::int64_t C, std::int64_t hw, std::int64_t c) {
+  const std::int64_t i = k / hw;
+  return (i * C + c) * hw + (k - i * hw);
+}
+// Two sums at once (bn_grad_sums).
+struct sum2 {
+  double a, b;
+  BRAID_HD sum2& operator+=(const sum2& o) {
+    a += o.a;
+    b += o.b;
+    return *this;
+  }
+};
+// Partial p of f over k in [0, m) (f(k) gives element k's term).
+template <class Acc, class F> BRAID_HD Acc channel_partial(std::int64_t m, int p, const F& f) {
+  Acc acc{};
+  for (std::int64_t k = p; k < m; k += channel_parts) acc += f(k);
+  return acc;
+}
+// The host's whole sum (one pass over k).
+template <class Acc, class F> Acc channel_sum(std::int64_t m, const F& f) {
+  Acc part[channel_parts] = {};
+  for (std::int64_t k = 0; k < m; ++k) part[k % channel_parts] += f(k);
+  for (int s = channel_parts / 2; s >= 1; s /= 2)
+    for (int p = 0; p < s; ++p) part[p] += part[p + s];
+  return part[0];
+}
+
+// Batch normalisation over [n, C, hw], per channel c: the statistics (sums in double in the order
+// above: the mean, then the squared deviations from it), the running statistics' update (training;
+// unbiased variance), and the channel's mean mu[c] and 1/sqrt(var + eps) invstd[c] in T; in
+// evaluation, the running statistics. op(c) on the host; on a device, a block per channel computes
+// the two sums (fused::detail::bn_stats_kernel) and calls finish(c, s, s2).
 template <class T> struct bn_stats {
   const T* x;
   std::int64_t n, C, hw;
@@ -240,20 +277,29 @@ template <class T> struct bn_stats {
   T* running_var;
   T* mu;
   T* invstd;
-  BRAID_HD void operator()(std::int64_t c) const {
+  // Element k of channel c, and its squared deviation from `mean` (the terms of the two sums).
+  struct value {
+    const T* x;
+    std::int64_t C, hw, c;
+    BRAID_HD double operator()(std::int64_t k) const { return double(x[channel_at(k, C, hw, c)]); }
+  };
+  struct deviation {
+    const T* x;
+    std::int64_t C, hw, c;
+    double mean;
+    BRAID_HD double operator()(std::int64_t k) const {
+      const double d = double(x[channel_at(k, C, hw, c)]) - mean;
+      return d * d;
+    }
+  };
+  BRAID_HD value values(std::int64_t c) const { return {x, C, hw, c}; }
+  BRAID_HD deviation deviations(std::int64_t c, double mean) const { return {x, C, hw, c, mean}; }
+  // s: the sum of the channel's elements; s2: of their squared deviations from s / m (training only).
+  BRAID_HD void finish(std::int64_t c, double s, double s2) const {
     const std::int64_t m = n * hw;
     double mean, var;
     if (training) {
-      double s = 0, s2 = 0;
-      for (std::int64_t i = 0; i < n; ++i) {
-        const T* p = x + (i * C + c) * hw;
-        for (std::int64_t j = 0; j < hw; ++j) s += double(p[j]);
-      }
       mean = s / double(m);
-      for (std::int64_t i = 0; i < n; ++i) {
-        const T* p = x + (i * C + c) * hw;
-        for (std::int64_t j = 0; j < hw; ++j) s2 += (double(p[j]) - mean) * (double(p[j]) - mean);
-      }
       var = s2 / double(m);
       running_mean[c] = T((1 - momentum) * double(running_mean[c]) + momentum * mean);
       running_var[c] = T((1 - momentum) * double(running_var[c]) + momentum * (m > 1 ? s2 / double(m - 1) : var));
@@ -263,6 +309,12 @@ template <class T> struct bn_stats {
     }
     invstd[c] = T(1.0 / ::sqrt(var + eps));
     mu[c] = T(mean);
+  }
+  void operator()(std::int64_t c) const {
+    const std::int64_t m = n * hw;
+    if (!training) return finish(c, 0, 0);
+    const double s = channel_sum<double>(m, values(c));
+    finish(c, s, channel_sum<double>(m, deviations(c, s / double(m))));
   }
 };
 // One element: xhat = (x - mu) * invstd, y = gamma * xhat + beta.
@@ -282,9 +334,10 @@ template <class T> struct bn_apply {
     y[e] = gamma[c] * h + beta[c];
   }
 };
-// Per channel: sum(dy) and sum(dy * xhat) in double, image by image in order, added into the
+// Per channel: sum(dy) and sum(dy * xhat) in double (in the order of channel_sum), added into the
 // parameter gradients (dgamma += sum(dy*xhat), dbeta += sum(dy)), and the channel's coefficients of
-// dx in coef[3c..3c+2]: gamma*invstd, sum(dy)/m, sum(dy*xhat)/m.
+// dx in coef[3c..3c+2]: gamma*invstd, sum(dy)/m, sum(dy*xhat)/m. op(c) on the host; on a device a
+// block per channel (fused::detail::bn_grad_sums_kernel) computes the sums and calls finish().
 template <class T> struct bn_grad_sums {
   const T* dy;
   const T* xhat;
@@ -294,21 +347,27 @@ template <class T> struct bn_grad_sums {
   T* dgamma;
   T* dbeta;
   T* coef;
-  BRAID_HD void operator()(std::int64_t c) const {
-    const std::int64_t m = n * hw;
-    double sd = 0, sdx = 0;
-    for (std::int64_t i = 0; i < n; ++i) {
-      const std::int64_t off = (i * C + c) * hw;
-      for (std::int64_t j = 0; j < hw; ++j) {
-        sd += double(dy[off + j]);
-        sdx += double(dy[off + j]) * double(xhat[off + j]);
-      }
+  // (dy, dy * xhat) of element k of channel c.
+  struct terms {
+    const T* dy;
+    const T* xhat;
+    std::int64_t C, hw, c;
+    BRAID_HD sum2 operator()(std::int64_t k) const {
+      const std::int64_t e = channel_at(k, C, hw, c);
+      return {double(dy[e]), double(dy[e]) * double(xhat[e])};
     }
-    dgamma[c] += T(sdx);
-    dbeta[c] += T(sd);
+  };
+  BRAID_HD terms terms_of(std::int64_t c) const { return {dy, xhat, C, hw, c}; }
+  BRAID_HD void finish(std::int64_t c, sum2 s) const {
+    const std::int64_t m = n * hw;
+    dgamma[c] += T(s.b);
+    dbeta[c] += T(s.a);
     coef[3 * c] = gamma[c] * invstd[c];
-    coef[3 * c + 1] = T(sd / double(m));
-    coef[3 * c + 2] = T(sdx / double(m));
+    coef[3 * c + 1] = T(s.a / double(m));
+    coef[3 * c + 2] = T(s.b / double(m));
+  }
+  void operator()(std::int64_t c) const {
+    finish(c, channel_sum<sum2>(n * hw, terms_of(c)));
   }
 };
 // One input gradient: training, gamma*invstd * (dy - mean(dy) - xhat * mean(dy*xhat)); evaluation
