@@ -299,7 +299,9 @@ void train_cuda_rank(const config& cfg, Comm& comm, const image_dataset& train, 
     // skipped on the device. The rules are the host path's (mixed_precision, loss_scaler); the
     // gradients are averaged in float here (the host path averages them in the compute type).
     const bool mixed = cfg.precision != "fp32", bf16 = cfg.precision == "bf16";
-    float* master = mixed ? static_cast<float*>(pool.allocate(std::size_t(net.size()) * sizeof(float), res.compute.h)) : nullptr;
+    pool_buffer<float> master_mem;
+    if (mixed) master_mem = pool_buffer<float>(pool, net.size(), res.compute.h);
+    float* const master = master_mem.get();
     fused::loss_scaler scaler(res.compute.h);
     const fused::flat_params<float> fp{mixed ? master : net.values(), net.grads(), net.size(), net.segments()};
     std::unique_ptr<fused::optimizer<float>> opt;
@@ -345,9 +347,12 @@ void train_cuda_rank(const config& cfg, Comm& comm, const image_dataset& train, 
     fused::bucket_reducer<Comm> reducer(comm, net.grads(), net.size(), net.bucket_begin(), res.comm.h);
     net.on_bucket_ready([&](std::size_t b) { reducer.ready(b, res.compute.h); });
 
-    float* x_dev = static_cast<float*>(pool.allocate(std::size_t(most * pixels) * sizeof(float), res.compute.h));
-    auto* l_dev = static_cast<std::int32_t*>(pool.allocate(std::size_t(most) * sizeof(std::int32_t), res.compute.h));
-    auto* sum_dev = static_cast<double*>(pool.allocate(3 * sizeof(double), res.compute.h));
+    const pool_buffer<float> x_mem(pool, most * pixels, res.compute.h);
+    const pool_buffer<std::int32_t> l_mem(pool, most, res.compute.h);
+    const pool_buffer<double> sum_mem(pool, 3, res.compute.h);
+    float* const x_dev = x_mem.get();
+    std::int32_t* const l_dev = l_mem.get();
+    double* const sum_dev = sum_mem.get();
     // A batch up to the device (the pinned buffer is reused once the last upload has run).
     std::vector<std::int32_t> labels;
     // Training batches are rounded to the compute type in mixed precision (the host path's rule).
@@ -469,10 +474,6 @@ void train_cuda_rank(const config& cfg, Comm& comm, const image_dataset& train, 
       }
     }
     BRAID_CUDA_CHECK(cudaStreamSynchronize(res.compute.h));
-    pool.deallocate(sum_dev, res.compute.h);
-    pool.deallocate(l_dev, res.compute.h);
-    pool.deallocate(x_dev, res.compute.h);
-    if (master) pool.deallocate(master, res.compute.h);
   }
   if (rank == 0) std::cout << "device " << pool.stats() << "\n";
 }

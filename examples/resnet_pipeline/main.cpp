@@ -159,8 +159,10 @@ void cuda_stage(const config& cfg, braid::cuda::communicator& comm, const image_
     std::mt19937_64 rng(cfg.seed * 1000003);
     const augment aug = cfg.augment ? augment{2, true} : augment{};
     const std::int64_t h = train.rows, w = train.cols, per = h * w, most = std::max<std::int64_t>(cfg.batch, 250);
-    auto* x_dev = static_cast<float*>(pool.allocate(std::size_t(most * per) * sizeof(float), st));
-    auto* l_dev = static_cast<std::int32_t*>(pool.allocate(std::size_t(most) * sizeof(std::int32_t), st));
+    const pool_buffer<float> x_mem(pool, most * per, st);
+    const pool_buffer<std::int32_t> l_mem(pool, most, st);
+    float* const x_dev = x_mem.get();
+    std::int32_t* const l_dev = l_mem.get();
     std::vector<std::int32_t> labels;
     auto upload = [&](const tensor& x) { // the pageable copies return once the host data is taken
       if (first) BRAID_CUDA_CHECK(cudaMemcpyAsync(x_dev, x.data<float>(), std::size_t(x.numel()) * sizeof(float), cudaMemcpyHostToDevice, st));
@@ -227,8 +229,6 @@ void cuda_stage(const config& cfg, braid::cuda::communicator& comm, const image_
       }
     }
     BRAID_CUDA_CHECK(cudaStreamSynchronize(st));
-    pool.deallocate(l_dev, st);
-    pool.deallocate(x_dev, st);
   }
 }
 

@@ -369,4 +369,40 @@ private:
   pool_stats stats_;
 };
 
+// n elements of T from a device_pool, given back in stream order on `stream` when the owner goes
+// (on an error path too). Move-only; the pool and the stream must outlive it.
+template <class T> class pool_buffer {
+public:
+  pool_buffer() = default;
+  pool_buffer(device_pool& pool, std::int64_t n, cudaStream_t stream)
+      : pool_(&pool), stream_(stream), p_(static_cast<T*>(pool.allocate(std::size_t(n) * sizeof(T), stream))) {}
+  pool_buffer(pool_buffer&& o) noexcept
+      : pool_(std::exchange(o.pool_, nullptr)), stream_(o.stream_), p_(std::exchange(o.p_, nullptr)) {}
+  pool_buffer& operator=(pool_buffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      pool_ = std::exchange(o.pool_, nullptr);
+      stream_ = o.stream_;
+      p_ = std::exchange(o.p_, nullptr);
+    }
+    return *this;
+  }
+  ~pool_buffer() { reset(); }
+  T* get() const noexcept { return p_; }
+  void reset() noexcept {
+    if (p_) {
+      try {
+        pool_->deallocate(p_, stream_);
+      } catch (...) { // an event that cannot be recorded: the block stays in use (the pool's rule)
+      }
+    }
+    p_ = nullptr;
+  }
+
+private:
+  device_pool* pool_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  T* p_ = nullptr;
+};
+
 } // namespace braid::nn

@@ -1,8 +1,8 @@
 // braid/nn/layers_device.cuh — braid::nn's hand-written layer arithmetic on a CUDA device: the ops of
 // nn/ops.hpp (the same text the host layers run), each launched as one kernel over its output
-// elements on a stream. Issue 16, item 1, first part: functions over device pointers and explicit
-// shapes; the device tensors, the GEMM layers (conv2d's GEMMs and linear, through cuBLAS), batch norm
-// and the modules that would hold them are not written yet. Namespace braid::nn::fused.
+// elements on a stream, and the batch-norm sums, a block per channel (bn_stats, bn_grad_sums).
+// Functions over device pointers and explicit shapes; the layers that hold them, with the GEMM
+// layers, are in model_device.cuh. Namespace braid::nn::fused.
 //
 //   for_each(n, op, stream)        op(i) for i in [0, n), one thread per i (grid-stride), any op of ops.hpp
 //   relu_forward / relu_backward / add / pool2d_forward / pool2d_backward / global_avgpool_forward /

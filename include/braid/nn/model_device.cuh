@@ -321,6 +321,7 @@ public:
     for (auto& l : layers_) l->set_training(on);
   }
   const shape_t& out() const { return layers_.back()->out(); }
+  std::size_t size() const noexcept { return layers_.size(); }
 
 private:
   std::vector<std::unique_ptr<layer<T>>> layers_;
@@ -472,6 +473,7 @@ public:
   // Lays out and allocates the flat buffers; once.
   void build() {
     detail::require_shape(!built_, "build: the model is built already");
+    detail::require_shape(net_.size() > 0, "build: the model has no layers");
     cuda_detail::device_guard guard(ctx_.pool->device());
     // Flat layout: the reverse of collect() order, each tensor at a multiple of 256 bytes (the zero
     // padding between them stays zero: zero gradients, and every optimizer leaves a zero weight with a
@@ -503,8 +505,8 @@ public:
     BRAID_CUDA_CHECK(cudaMemcpyAsync(tab_.buffer, init.data(), init.size() * sizeof(T), cudaMemcpyHostToDevice, ctx_.stream));
     BRAID_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
     tab_.on_ready = [this](std::size_t i) { param_ready(i); };
-    set_buckets(0);
     built_ = true;
+    set_buckets(0);
   }
   sequential(const sequential&) = delete;
   sequential& operator=(const sequential&) = delete;
@@ -535,6 +537,7 @@ public:
   // ascending from offset 0: the boundaries for fused::bucket_reducer. After each backward()'s last
   // gradient of bucket b, `on_bucket(b)` is called (on the host, when the work is enqueued).
   const std::vector<std::int64_t>& set_buckets(std::int64_t elems) {
+    require_built("set_buckets");
     bucket_begin_.clear();
     bucket_of_.assign(tab_.names.size(), 0);
     std::int64_t filled = 0;
@@ -615,14 +618,19 @@ public:
   // memory), adding dL/dparam into grads() with the bucket callbacks; returns d(input), valid until the
   // next forward or backward.
   const T* backward_from(const T* dy) {
+    require_built("backward_from");
     cuda_detail::device_guard guard(ctx_.pool->device());
     for (std::size_t b = 0; b < pending_.size(); ++b) pending_[b] = 0;
     for (std::size_t i = 0; i < bucket_of_.size(); ++i) ++pending_[bucket_of_[i]];
     return net_.backward(dy);
   }
-  void zero_grad() { BRAID_CUDA_CHECK(cudaMemsetAsync(tab_.grad, 0, std::size_t(n_) * sizeof(T), ctx_.stream)); }
+  void zero_grad() {
+    require_built("zero_grad");
+    BRAID_CUDA_CHECK(cudaMemsetAsync(tab_.grad, 0, std::size_t(n_) * sizeof(T), ctx_.stream));
+  }
   // The running sums of loss and right answers since the last call (synchronises), then zero.
   std::pair<double, double> take_sums() {
+    require_built("take_sums");
     double h[2] = {0, 0};
     BRAID_CUDA_CHECK(cudaMemcpyAsync(h, sums_.get(), sizeof h, cudaMemcpyDeviceToHost, ctx_.stream));
     BRAID_CUDA_CHECK(cudaMemsetAsync(sums_.get(), 0, sizeof h, ctx_.stream));
@@ -640,7 +648,11 @@ protected:
     const std::size_t b = bucket_of_[i];
     if (--pending_[b] == 0 && on_bucket_) on_bucket_(b);
   }
+  void require_built(const char* what) const {
+    if (!built_) detail::require_shape(false, (std::string(what) + ": build() the model first").c_str());
+  }
   void transfer(module<T>& host, bool to_device) {
+    require_built(to_device ? "load" : "store");
     const std::vector<parameter*> ps = host.parameters();
     const std::vector<tensor*> bs = host.buffers();
     detail::require_shape(ps.size() == tab_.names.size() && bs.size() == tab_.buffer_shapes.size(),

@@ -435,3 +435,21 @@ int main(int argc, char** argv) {
   doctest::Context ctx(argc, argv);
   return ctx.run();
 }
+
+TEST_CASE("pool_buffer: a block of the pool, given back when its owner goes (also when moved from)") {
+  streams st;
+  device_pool pool(0);
+  {
+    braid::nn::pool_buffer<float> a(pool, 1000, st.a);
+    CHECK(a.get() != nullptr);
+    CHECK(pool.stats().in_use == device_pool::size_class(1000 * sizeof(float)));
+    braid::nn::pool_buffer<float> b(std::move(a));
+    CHECK(a.get() == nullptr);
+    CHECK(b.get() != nullptr);
+    braid::nn::pool_buffer<float> c;
+    c = std::move(b);
+    CHECK(pool.stats().in_use == device_pool::size_class(1000 * sizeof(float)));
+  }
+  CHECK(pool.stats().in_use == 0);
+  CHECK(pool.stats().cached == device_pool::size_class(1000 * sizeof(float)));
+}

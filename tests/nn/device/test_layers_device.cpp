@@ -240,6 +240,19 @@ template <class T> void bn_sums_case(std::int64_t n, std::int64_t C, std::int64_
   CHECK(same(d_dg.host(), h_dg));
   CHECK(same(d_db.host(), h_db));
   CHECK(same(d_coef.host(), h_coef));
+  // The GPU's launch shape too (256 threads per block: one partial each), whatever this build's
+  // for the emulator is.
+  dev<T> e_rm(rm), e_rv(rv), e_mu(C), e_is(C), e_dg(zeros), e_db(zeros), e_coef(3 * C);
+  EMU_OK(braid::gpu::launch(fused::detail::bn_stats_kernel<T>, unsigned(C), 256u, 0, f.s,
+                     ops::bn_stats<T>{d_x.p, n, C, hw, 0.1, 1e-5, training, e_rm.p, e_rv.p, e_mu.p, e_is.p}));
+  EMU_OK(braid::gpu::launch(fused::detail::bn_grad_sums_kernel<T>, unsigned(C), 256u, 0, f.s,
+                     ops::bn_grad_sums<T>{d_dy.p, d_xhat.p, d_gamma.p, e_is.p, n, C, hw, e_dg.p, e_db.p, e_coef.p}));
+  EMU_OK(cudaStreamSynchronize(f.s));
+  CHECK(same(e_mu.host(), h_mu));
+  CHECK(same(e_is.host(), h_is));
+  CHECK(same(e_rv.host(), h_rv));
+  CHECK(same(e_dg.host(), h_dg));
+  CHECK(same(e_coef.host(), h_coef));
 }
 } // namespace
 
