@@ -19,6 +19,11 @@
 #       environment (e.g. BRAID_TIMEOUT=30 SANITIZER_TIMEOUT=100), the log into $OUT when set (the
 #       device tool's output folder), else bench/results. DIR from GPU_PREBUILT_DIR (default .gpu).
 #       The CTest files name the build path of the pack machine; that path is made to point here.
+#   bench/gpu-prebuilt.sh pack-train [DIR]
+#       here: configures $TRAIN_BUILD (default build-gpu-train; Release, CUDA on, examples only), builds
+#       resnet_fmnist_cuda and resnet_pipeline_cuda, and copies them stripped into DIR/train with the
+#       libraries they need that a CUDA machine may lack (the CBLAS braid::nn links) into DIR/lib.
+#       There: `BIN_DIR=DIR/train LD_LIBRARY_PATH=DIR/lib:... bench/gpu-train.sh` (bench/gpu-train.sh).
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 cd "$repo" || exit 2
@@ -49,6 +54,22 @@ pack)
   [ -n "$lib" ] && cp -L "$lib" "$dir/lib/$(basename "$lib")"
   echo "$repo" >"$dir/root"
   echo "gpu-prebuilt: packed $(du -sh "$dir" | cut -f1) into $dir (built under $repo, for sm_${CUDAARCHS:-90})"
+  ;;
+pack-train)
+  dir=${2:-.gpu}
+  export PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin"
+  build=$repo/${TRAIN_BUILD:-build-gpu-train}
+  cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBRAID_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${CUDAARCHS:-90}" \
+    -DBRAID_BUILD_TESTS=OFF -DBRAID_BUILD_BENCH=OFF -DBRAID_BUILD_EXAMPLES=ON >/dev/null || exit 1
+  ninja -C "$build" -j "$(nproc)" resnet_fmnist_cuda resnet_pipeline_cuda || exit 1
+  mkdir -p "$dir/train" "$dir/lib" || exit 1
+  for b in examples/resnet_fmnist/resnet_fmnist_cuda examples/resnet_pipeline/resnet_pipeline_cuda; do
+    strip -o "$dir/train/$(basename "$b")" "$build/$b" || exit 1
+  done
+  # Everything outside glibc, the C++ runtime and CUDA (a CUDA machine has those): the CBLAS and its Fortran runtime.
+  ldd "$build/examples/resnet_fmnist/resnet_fmnist_cuda" | awk '/=> \// {print $3}' |
+    grep -E 'lib(openblas|blas|cblas|gfortran|quadmath)' | while read -r lib; do cp -L "$lib" "$dir/lib/"; done
+  echo "gpu-prebuilt: packed $(du -sh "$dir/train" | cut -f1) of trainers and $(du -sh "$dir/lib" | cut -f1) of libraries into $dir (sm_${CUDAARCHS:-90})"
   ;;
 run)
   steps=${2:?usage: gpu-prebuilt.sh run STEPS SECONDS [VAR=VALUE ...]}

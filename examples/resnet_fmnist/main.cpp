@@ -68,6 +68,7 @@ struct config {
   bool augment = true;
   std::string launch = "threads"; // threads: ranks are threads (or GPUs) of this process; env: one process per rank
   int process_rank = 0;           // --launch env: this process's rank (0 otherwise)
+  int gpus = 0;                   // --backend cuda: GPUs the ranks take in turn (0: one per rank)
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -77,7 +78,8 @@ struct config {
                "         [--optimizer sgd|adamw|lamb] [--precision fp32|bf16|fp16] [--resume FILE]\n"
                "         [--checkpoint FILE] [--csv FILE] [--train-subset N] [--test-subset N] [--blocks n]\n"
                "         [--width W] [--wd X] [--log-every S] [--seed S] [--blas-threads T] [--no-augment]\n"
-               "         [--stop-after E] [--data DIR] [--launch threads|env]\n"
+               "         [--stop-after E] [--data DIR] [--launch threads|env] [--gpus G]\n"
+               "  --gpus G (--backend cuda): rank r runs on GPU r mod G (default: one GPU per rank)\n"
                "  --launch env: this process is one rank of a job started by torchrun, mpirun or srun (or with\n"
                "  BRAID_UNIQUE_ID, RANK and WORLD_SIZE set); --ranks is the job's size\n",
                why);
@@ -115,6 +117,7 @@ config parse(int argc, char** argv) {
     else if (a == "--checkpoint") c.checkpoint_path = val();
     else if (a == "--csv") c.csv = val();
     else if (a == "--data") c.data_dir = val();
+    else if (a == "--gpus") c.gpus = int(num());
     else if (a == "--train-subset") c.train_subset = std::int64_t(num());
     else if (a == "--test-subset") c.test_subset = std::int64_t(num());
     else if (a == "--blocks") c.blocks = int(num());
@@ -143,6 +146,8 @@ config parse(int argc, char** argv) {
     c.process_rank = li.rank;
   }
   if (c.ranks < 1 || c.ranks > 64) usage("--ranks must be in 1..64");
+  if (c.gpus < 0) usage("--gpus must be >= 1");
+  if (c.gpus > 0 && (c.backend != "cuda" || c.launch != "threads")) usage("--gpus is for --backend cuda --launch threads");
   if (c.epochs < 1) usage("--epochs must be >= 1");
   if (c.batch < c.ranks || c.batch % c.ranks) usage("--batch must be a multiple of --ranks");
   if (c.optimizer != "sgd" && c.optimizer != "adamw" && c.optimizer != "lamb") usage("--optimizer: sgd, adamw or lamb");
@@ -482,11 +487,13 @@ void train_cuda(const config& cfg, const image_dataset& train, const image_datas
                 std::int64_t steps_per_epoch, const schedule& sched, shared_state& sh, std::ofstream& csv) {
   int devices = 0;
   BRAID_CUDA_CHECK(cudaGetDeviceCount(&devices));
-  if (devices < cfg.ranks)
-    throw braid::invalid_argument("--backend cuda: --ranks " + std::to_string(cfg.ranks) + " needs " + std::to_string(cfg.ranks) +
-                                  " GPUs (one per rank); this process sees " + std::to_string(devices));
+  const int gpus = cfg.gpus > 0 ? cfg.gpus : cfg.ranks;
+  if (devices < gpus)
+    throw braid::invalid_argument("--backend cuda: --ranks " + std::to_string(cfg.ranks) + " needs " + std::to_string(gpus) +
+                                  " GPUs (" + (cfg.gpus > 0 ? "--gpus" : "one per rank; --gpus 1 puts every rank on GPU 0") +
+                                  "); this process sees " + std::to_string(devices));
   std::vector<int> ids(static_cast<std::size_t>(cfg.ranks));
-  std::iota(ids.begin(), ids.end(), 0);
+  for (int r = 0; r < cfg.ranks; ++r) ids[std::size_t(r)] = r % gpus;
   auto comms = braid::cuda::create_group(ids);
   std::barrier<> sync(cfg.ranks);
   const std::function<void()> arrive = [&] { sync.arrive_and_wait(); };

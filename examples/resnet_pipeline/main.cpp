@@ -57,6 +57,7 @@ struct config {
   bool reverse = false; // --stages 1: micro-batches in the order M-1 .. 0 (the pipeline's gradient order)
   std::string backend = "host";
   std::string data_dir = fashion_mnist_dir;
+  int gpus = 0; // --backend cuda: GPUs the stages take in turn (0: one per stage)
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -65,7 +66,8 @@ struct config {
                "usage: resnet_pipeline [--stages 1|2] [--micro M] [--epochs E] [--batch B] [--lr X] [--wd X]\n"
                "         [--train-subset N] [--test-subset N] [--blocks n] [--width W] [--cut C] [--seed S]\n"
                "         [--blas-threads T] [--log-every S] [--reverse-micro] [--no-augment] [--data DIR]\n"
-               "         [--backend host|cuda]\n",
+               "         [--backend host|cuda] [--gpus G]\n"
+               "  --gpus G (--backend cuda): stage s runs on GPU s mod G (default: one GPU per stage)\n",
                why);
   std::exit(2);
 }
@@ -103,11 +105,14 @@ config parse(int argc, char** argv) {
     else if (a == "--reverse-micro") c.reverse = true;
     else if (a == "--data") c.data_dir = val();
     else if (a == "--backend") c.backend = val();
+    else if (a == "--gpus") c.gpus = int(num());
     else if (a == "-h" || a == "--help") usage("help");
     else usage(("unknown flag " + a).c_str());
   }
   if (c.stages != 1 && c.stages != 2) usage("--stages: 1 (unsplit) or 2");
   if (c.backend != "host" && c.backend != "cuda") usage("--backend: host or cuda");
+  if (c.gpus < 0) usage("--gpus must be >= 1");
+  if (c.gpus > 0 && c.backend != "cuda") usage("--gpus is for --backend cuda");
   if (c.reverse && c.stages != 1) usage("--reverse-micro is for --stages 1");
   if (c.micro < 1 || c.batch < c.micro) usage("--micro must be in 1..--batch");
   if (c.epochs < 1) usage("--epochs must be >= 1");
@@ -236,11 +241,13 @@ void train_cuda(const config& cfg, const image_dataset& train, const image_datas
                 std::int64_t steps_per_epoch, const schedule& sched) {
   int devices = 0;
   BRAID_CUDA_CHECK(cudaGetDeviceCount(&devices));
-  if (devices < cfg.stages)
-    throw braid::invalid_argument("--backend cuda: " + std::to_string(cfg.stages) + " stage(s) need as many GPUs; this process sees " +
+  const int gpus = cfg.gpus > 0 ? cfg.gpus : cfg.stages;
+  if (devices < gpus)
+    throw braid::invalid_argument("--backend cuda: " + std::to_string(cfg.stages) + " stage(s) need " + std::to_string(gpus) + " GPUs (" +
+                                  (cfg.gpus > 0 ? "--gpus" : "one per stage; --gpus 1 puts both on GPU 0") + "); this process sees " +
                                   std::to_string(devices));
   std::vector<int> ids(static_cast<std::size_t>(cfg.stages));
-  for (int r = 0; r < cfg.stages; ++r) ids[std::size_t(r)] = r;
+  for (int r = 0; r < cfg.stages; ++r) ids[std::size_t(r)] = r % gpus;
   auto comms = braid::cuda::create_group(ids);
   std::vector<std::exception_ptr> errors(ids.size());
   std::vector<std::thread> threads;

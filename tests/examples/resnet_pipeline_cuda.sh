@@ -11,7 +11,9 @@
 #   4. against the host pipeline: the first 3 steps' losses within 1e-6, every step's within 5e-3 (the
 #      GEMMs sum in another order, and the host layers run oneDNN: the runs part at the rounding level,
 #      then drift as two such runs do);
-#   5. the loss falls.
+#   5. the loss falls;
+#   6. both stages on one GPU (--gpus 1: send/recv between two ranks sharing a device) print the same
+#      loss at every step as the stages on two GPUs.
 # Usage: resnet_pipeline_cuda.sh <resnet_pipeline_emu> <resnet_pipeline>   (BRAID_EMU_DEVICES=2)
 set -euo pipefail
 emu=$1
@@ -27,6 +29,7 @@ losses() { grep '^step ' "$1" | awk '{ print $4 }'; }
 "$emu" --backend cuda --stages 2 "${common[@]}" >"$dir/two.out"
 "$emu" --backend cuda --stages 1 --reverse-micro "${common[@]}" >"$dir/rev.out"
 "$emu" --backend cuda --stages 1 "${common[@]}" >"$dir/one.out"
+"$emu" --backend cuda --stages 2 --gpus 1 "${common[@]}" >"$dir/shared.out"
 grep -v '^step ' "$dir/two.out"
 
 # 1.
@@ -36,6 +39,8 @@ diff <(shape "$dir/host.out" | sed 's/(threads)/(X)/') <(shape "$dir/two.out" | 
 # 2.
 diff <(losses "$dir/two.out") <(losses "$dir/rev.out") >/dev/null ||
   fail "2 stages and the unsplit network in the pipeline's order printed other losses"
+diff <(losses "$dir/two.out") <(losses "$dir/shared.out") >/dev/null ||
+  fail "2 stages sharing one GPU (--gpus 1) printed other losses than 2 stages on 2 GPUs"
 # 3, 4.
 maxdiff() { # a b [steps]
   paste <(losses "$1" | head -n "${3:-1000}") <(losses "$2" | head -n "${3:-1000}") |
@@ -54,7 +59,7 @@ awk -v a="$(acc "$dir/two.out")" -v b="$(acc "$dir/one.out")" 'BEGIN { d = a - b
 first=$(losses "$dir/two.out" | head -1)
 last=$(losses "$dir/two.out" | tail -4 | awk '{ s += $1 } END { print s / NR }')
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.05) }' || fail "the loss did not fall: first $first, last 4 steps $last"
-echo "2 stages = unsplit in the pipeline's order at all 16 steps (9 digits); vs the usual order: max step-loss difference $d_one;" \
+echo "2 stages = unsplit in the pipeline's order = 2 stages on one GPU at all 16 steps (9 digits); vs the usual order: max step-loss difference $d_one;" \
      "vs the host pipeline: $d_host3 over 3 steps, $d_host over 16; test accuracy after 2 epochs: 2 stages $(acc "$dir/two.out")%, unsplit $(acc "$dir/one.out")%," \
      "host $(acc "$dir/host.out")%; loss $first -> $last (mean of the last 4 steps)"
 echo "PASS"
