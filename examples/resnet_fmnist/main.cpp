@@ -16,11 +16,15 @@
 // the run after E epochs, as an interruption would).
 #include <braid/braid.hpp>
 #include <braid/nn.hpp>
+
+#include "../common/cli.hpp"
 #if BRAID_RESNET_CUDA
 #include <braid/cuda.cuh>
 #include <braid/nn/ddp_device.cuh>
 #include <braid/nn/model_device.cuh>
 #include <braid/nn/optim_device.cuh>
+
+#include "../common/cuda_ranks.hpp"
 
 #include <barrier>
 #include <numeric>
@@ -91,17 +95,8 @@ config parse(int argc, char** argv) {
   bool ranks_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto val = [&]() -> std::string {
-      if (i + 1 >= argc) usage(("missing value for " + a).c_str());
-      return argv[++i];
-    };
-    auto num = [&]() -> double {
-      const std::string v = val();
-      char* end = nullptr;
-      const double d = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end) usage(("not a number: " + a + " " + v).c_str());
-      return d;
-    };
+    auto val = [&] { return braid_examples::flag_value(argc, argv, i, usage); };
+    auto num = [&] { return braid_examples::flag_number(argc, argv, i, usage); };
     if (a == "--ranks") {
       c.ranks = int(num());
       ranks_given = true;
@@ -485,33 +480,15 @@ void train_cuda_rank(const config& cfg, Comm& comm, const image_dataset& train, 
 
 void train_cuda(const config& cfg, const image_dataset& train, const image_dataset& test, double mean, double stdev,
                 std::int64_t steps_per_epoch, const schedule& sched, shared_state& sh, std::ofstream& csv) {
-  int devices = 0;
-  BRAID_CUDA_CHECK(cudaGetDeviceCount(&devices));
-  const int gpus = cfg.gpus > 0 ? cfg.gpus : cfg.ranks;
-  if (devices < gpus)
-    throw braid::invalid_argument("--backend cuda: --ranks " + std::to_string(cfg.ranks) + " needs " + std::to_string(gpus) +
-                                  " GPUs (" + (cfg.gpus > 0 ? "--gpus" : "one per rank; --gpus 1 puts every rank on GPU 0") +
-                                  "); this process sees " + std::to_string(devices));
-  std::vector<int> ids(static_cast<std::size_t>(cfg.ranks));
-  for (int r = 0; r < cfg.ranks; ++r) ids[std::size_t(r)] = r % gpus;
-  auto comms = braid::cuda::create_group(ids);
+  auto comms = braid::cuda::create_group(braid_examples::gpu_of_ranks(cfg.ranks, cfg.gpus, "rank(s)"));
   std::barrier<> sync(cfg.ranks);
   const std::function<void()> arrive = [&] { sync.arrive_and_wait(); };
-  std::vector<std::exception_ptr> errors(ids.size());
-  std::vector<std::thread> threads;
-  for (std::size_t r = 0; r < ids.size(); ++r)
-    threads.emplace_back([&, r] {
-      try {
-        train_cuda_rank(cfg, comms[r], train, test, mean, stdev, steps_per_epoch, sched, sh, arrive, csv);
-      } catch (...) {
-        errors[r] = std::current_exception();
-        for (auto& c : comms) c.abort(); // the peers' collectives end with `aborted` instead of waiting
-        sync.arrive_and_drop();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  braid_examples::run_cuda_ranks(
+      comms,
+      [&](std::size_t, braid::cuda::communicator& comm) {
+        train_cuda_rank(cfg, comm, train, test, mean, stdev, steps_per_epoch, sched, sh, arrive, csv);
+      },
+      [&](std::size_t) { sync.arrive_and_drop(); });
 }
 
 // --backend cuda --launch env: this process is one rank, on GPU (rank % visible GPUs)
@@ -596,8 +573,7 @@ int main(int argc, char** argv) {
   if (cfg.backend == "cuda") {
     try {
 #if defined(BRAID_CUDA_EMULATOR)
-      std::printf("emulated device: these GPUs are braid's emulated CUDA device on the CPU; images/s below are the emulator's, "
-                  "not a GPU's\n");
+      std::printf("%s\n", braid_examples::emulated_device_banner());
 #endif
       if (cfg.launch == "env") train_cuda_process(cfg, train, test, mean, stdev, steps_per_epoch, sched, sh, csv);
       else train_cuda(cfg, train, test, mean, stdev, steps_per_epoch, sched, sh, csv);

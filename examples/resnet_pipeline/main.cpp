@@ -22,11 +22,15 @@
 // same gradient accumulation. The same output as the host run.
 #include <braid/braid.hpp>
 #include <braid/nn.hpp>
+
+#include "../common/cli.hpp"
 #if BRAID_PIPELINE_CUDA
 #include <braid/cuda.cuh>
 #include <braid/nn/model_device.cuh>
 #include <braid/nn/optim_device.cuh>
 #include <braid/nn/pipeline_device.cuh>
+
+#include "../common/cuda_ranks.hpp"
 
 #include <exception>
 #include <thread>
@@ -76,17 +80,8 @@ config parse(int argc, char** argv) {
   config c;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto val = [&]() -> std::string {
-      if (i + 1 >= argc) usage(("missing value for " + a).c_str());
-      return argv[++i];
-    };
-    auto num = [&]() -> double {
-      const std::string v = val();
-      char* end = nullptr;
-      const double d = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end) usage(("not a number: " + a + " " + v).c_str());
-      return d;
-    };
+    auto val = [&] { return braid_examples::flag_value(argc, argv, i, usage); };
+    auto num = [&] { return braid_examples::flag_number(argc, argv, i, usage); };
     if (a == "--stages") c.stages = int(num());
     else if (a == "--micro") c.micro = int(num());
     else if (a == "--epochs") c.epochs = int(num());
@@ -239,30 +234,10 @@ void cuda_stage(const config& cfg, braid::cuda::communicator& comm, const image_
 
 void train_cuda(const config& cfg, const image_dataset& train, const image_dataset& test, double mean, double stdev,
                 std::int64_t steps_per_epoch, const schedule& sched) {
-  int devices = 0;
-  BRAID_CUDA_CHECK(cudaGetDeviceCount(&devices));
-  const int gpus = cfg.gpus > 0 ? cfg.gpus : cfg.stages;
-  if (devices < gpus)
-    throw braid::invalid_argument("--backend cuda: " + std::to_string(cfg.stages) + " stage(s) need " + std::to_string(gpus) + " GPUs (" +
-                                  (cfg.gpus > 0 ? "--gpus" : "one per stage; --gpus 1 puts both on GPU 0") + "); this process sees " +
-                                  std::to_string(devices));
-  std::vector<int> ids(static_cast<std::size_t>(cfg.stages));
-  for (int r = 0; r < cfg.stages; ++r) ids[std::size_t(r)] = r % gpus;
-  auto comms = braid::cuda::create_group(ids);
-  std::vector<std::exception_ptr> errors(ids.size());
-  std::vector<std::thread> threads;
-  for (std::size_t r = 0; r < ids.size(); ++r)
-    threads.emplace_back([&, r] {
-      try {
-        cuda_stage(cfg, comms[r], train, test, mean, stdev, steps_per_epoch, sched);
-      } catch (...) {
-        errors[r] = std::current_exception();
-        for (auto& c : comms) c.abort(); // a peer blocked in send/recv ends with `aborted`
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  auto comms = braid::cuda::create_group(braid_examples::gpu_of_ranks(cfg.stages, cfg.gpus, "stage(s)"));
+  braid_examples::run_cuda_ranks(comms, [&](std::size_t, braid::cuda::communicator& comm) {
+    cuda_stage(cfg, comm, train, test, mean, stdev, steps_per_epoch, sched);
+  });
 }
 #endif
 
@@ -304,8 +279,7 @@ int main(int argc, char** argv) {
   if (cfg.backend == "cuda") {
 #if BRAID_PIPELINE_CUDA
 #if defined(BRAID_CUDA_EMULATOR)
-    std::printf("emulated device: these GPUs are braid's emulated CUDA device on the CPU; the times below are the emulator's, "
-                "not a GPU's\n");
+    std::printf("%s\n", braid_examples::emulated_device_banner());
 #endif
     try {
       train_cuda(cfg, train, test, mean, stdev, steps_per_epoch, sched);
