@@ -206,7 +206,7 @@ public:
     this->out_ = shape_t({n, o_, g_.ho, g_.wo});
     auto& c = this->ctx_;
     pooled<T> col(c, ck * n * hw), cn(c, o_ * n * hw);
-    for_each(ck * n * hw, ops::im2col_batch<T>{x, col.get(), g_, n}, c.stream);
+    for_each(ck * n * hw, ops::im2col_batch<T>::make(x, col.get(), g_, n), c.stream);
     gemm<T>(c.blas, false, false, o_, n * hw, ck, T(1), this->tab_.w(w_), ck, col.get(), n * hw, T(0), cn.get(), n * hw);
     T* y = y_.grow(c, n * o_ * hw);
     for_each(n * o_ * hw, ops::cn_to_nchw<T>{cn.get(), y, o_, n, hw}, c.stream);
@@ -217,12 +217,12 @@ public:
     const std::int64_t n = this->in_[0], hw = std::int64_t(g_.ho) * g_.wo, ck = std::int64_t(c_) * k_ * k_;
     pooled<T> col(c, ck * n * hw), dcn(c, o_ * n * hw);
     for_each(o_ * n * hw, ops::nchw_to_cn<T>{dy, dcn.get(), o_, n, hw}, c.stream);
-    for_each(ck * n * hw, ops::im2col_batch<T>{x_, col.get(), g_, n}, c.stream);
+    for_each(ck * n * hw, ops::im2col_batch<T>::make(x_, col.get(), g_, n), c.stream);
     gemm<T>(c.blas, false, true, o_, ck, n * hw, T(1), dcn.get(), n * hw, col.get(), n * hw, T(1), this->tab_.g(w_), ck);
     this->tab_.ready(w_);
     gemm<T>(c.blas, true, false, ck, n * hw, o_, T(1), this->tab_.w(w_), ck, dcn.get(), n * hw, T(0), col.get(), n * hw);
     T* dx = dx_.grow(c, this->in_.numel());
-    for_each(this->in_.numel(), ops::col2im_batch<T>{col.get(), dx, g_, n}, c.stream);
+    for_each(this->in_.numel(), ops::col2im_batch<T>::make(col.get(), dx, g_, n), c.stream);
     return dx;
   }
 

@@ -293,3 +293,65 @@ TEST_CASE("batch-norm sums on the device (a block per channel and group) equal t
   CHECK(tree != part256[0]);
   CHECK(std::fabs(tree - plain) <= 1e-9 * std::fabs(plain) + 1e-9);
 }
+
+TEST_CASE("ops::divider gives the quotient of every dividend tried") {
+  std::mt19937_64 rng(43);
+  const std::uint32_t most = 0x7fffffffu;
+  std::vector<std::uint32_t> ds{1, 2, 3, 5, 7, 9, 25, 49, 196, 784, 1000, 4096, 100352, 12845056, 1u << 30, most - 1, most};
+  for (int t = 0; t < 200; ++t) ds.push_back(std::uint32_t(rng() % most) + 1);
+  for (std::uint32_t d : ds) {
+    const ops::divider by = ops::divider::of(d);
+    std::vector<std::uint32_t> ns{0, 1, d - 1, d, most, most - 1};
+    if (d < most) ns.push_back(d + 1);
+    for (std::uint32_t q : {1u, 2u, 3u, 1000u}) {
+      if (std::uint64_t(q) * d <= most) {
+        ns.push_back(q * d);
+        ns.push_back(q * d - 1);
+      }
+    }
+    for (int t = 0; t < 200; ++t) ns.push_back(std::uint32_t(rng() % (std::uint64_t(most) + 1)));
+    for (std::uint32_t n : ns) {
+      if (by.div(n) != n / d) {
+        FAIL_CHECK("divider " << d << ": " << n << " / d = " << n / d << ", got " << by.div(n));
+        break;
+      }
+    }
+  }
+}
+
+TEST_CASE("batched im2col and col2im: the 32-bit path (make) copies and adds what the 64-bit path does, bit for bit") {
+  std::mt19937_64 rng(44);
+  stream_fixture f;
+  struct geo {
+    int n, c, h, w, k, s, pad;
+  };
+  for (const geo& q : {geo{3, 2, 7, 5, 3, 1, 1}, geo{2, 3, 9, 8, 3, 2, 1}, geo{2, 2, 6, 6, 1, 1, 0}, geo{1, 3, 11, 7, 5, 3, 2},
+                       geo{4, 1, 5, 5, 2, 2, 0}, geo{2, 2, 4, 4, 4, 1, 3}}) {
+    INFO("n ", q.n, " c ", q.c, " ", q.h, "x", q.w, " k ", q.k, " s ", q.s, " pad ", q.pad);
+    const ops::conv_shape g = fused::conv_geometry(q.c, q.h, q.w, q.k, q.s, q.pad);
+    const std::int64_t n = q.n, hw = std::int64_t(g.ho) * g.wo, ck = std::int64_t(q.c) * q.k * q.k;
+    const tensor x = random_tensor<float>({n, q.c, q.h, q.w}, rng), col = random_tensor<float>({ck, n * hw}, rng);
+    dev<float> d_x(x), d_col(col), wide_col(ck * n * hw), narrow_col(ck * n * hw), wide_dx(x.numel()), narrow_dx(x.numel());
+    const auto im_fast = ops::im2col_batch<float>::make(d_x.p, narrow_col.p, g, n);
+    const auto col_fast = ops::col2im_batch<float>::make(d_col.p, narrow_dx.p, g, n);
+    CHECK(im_fast.narrow);
+    CHECK(col_fast.narrow);
+    fused::for_each(ck * n * hw, ops::im2col_batch<float>{d_x.p, wide_col.p, g, n}, f.s);
+    fused::for_each(ck * n * hw, im_fast, f.s);
+    fused::for_each(x.numel(), ops::col2im_batch<float>{d_col.p, wide_dx.p, g, n}, f.s);
+    fused::for_each(x.numel(), col_fast, f.s);
+    EMU_OK(cudaStreamSynchronize(f.s));
+    const auto wc = wide_col.host(), nc = narrow_col.host(), wd = wide_dx.host(), nd = narrow_dx.host();
+    CHECK(std::memcmp(wc.data(), nc.data(), wc.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(wd.data(), nd.data(), wd.size() * sizeof(float)) == 0);
+    // And the wide path is the per-image op im2col_at on the last image.
+    const std::int64_t last = n - 1;
+    for (std::int64_t r = 0; r < ck; ++r)
+      for (std::int64_t j = 0; j < hw; ++j)
+        if (wc[std::size_t(r * n * hw + last * hw + j)] != ops::im2col_at(x.data<float>() + last * q.c * q.h * q.w, g, r, int(j))) {
+          FAIL_CHECK("im2col row " << r << " column " << j);
+          r = ck;
+          break;
+        }
+  }
+}
