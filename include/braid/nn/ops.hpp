@@ -18,13 +18,18 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "../core/config.hpp"
 
 #if !defined(BRAID_HD_UNROLL)
-#if defined(__CUDACC__) || defined(__clang__)
+#if defined(__CUDA_ARCH__) // nvcc's device pass
+#define BRAID_HD_UNROLL _Pragma("unroll")
+#elif defined(__CUDACC__) // nvcc's host pass: its host compiler may not know the pragma
+#define BRAID_HD_UNROLL
+#elif defined(__clang__)
 #define BRAID_HD_UNROLL _Pragma("unroll")
 #else
 #define BRAID_HD_UNROLL _Pragma("GCC unroll 16")
@@ -406,13 +411,13 @@ BRAID_HD Acc channel_partial(const channel_walk& w, std::int64_t c, std::int64_t
   const std::int64_t i = p / w.hw;
   std::int64_t j = p - i * w.hw, e = (i * w.C + c) * w.hw + j;
   for (; left >= unroll; left -= unroll) {
-    std::int64_t at[unroll];
+    std::int64_t at[static_cast<std::size_t>(unroll)];
     BRAID_HD_UNROLL
     for (int u = 0; u < unroll; ++u) {
       at[u] = e;
       w.next(e, j);
     }
-    Acc v[unroll];
+    Acc v[static_cast<std::size_t>(unroll)];
     BRAID_HD_UNROLL
     for (int u = 0; u < unroll; ++u) v[u] = f(at[u]);
     BRAID_HD_UNROLL
