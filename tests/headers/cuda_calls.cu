@@ -92,5 +92,8 @@ void nn_layer_calls(float* f, std::int32_t* i, double* d, cudaStream_t s) {
   fused::col2im(f, f, cg, s);
   fused::softmax_ce_forward(f, i, f, d, i, 1, 2, s);
   fused::softmax_ce_backward(f, i, f, 1, 2, 1.0, s);
+  namespace ops = braid::nn::ops;
+  fused::bn_stats(ops::bn_stats<float>{f, 1, 1, 4, 0.1, 1e-5, true, f, f, f, f}, d, s);
+  fused::bn_grad_sums(ops::bn_grad_sums<float>{f, f, f, f, 1, 1, 4, f, f, f}, d, s);
 }
 } // namespace braid_header_check

@@ -1,6 +1,7 @@
 // braid/nn/layers_device.cuh — braid::nn's hand-written layer arithmetic on a CUDA device: the ops of
 // nn/ops.hpp (the same text the host layers run), each launched as one kernel over its output
-// elements on a stream, and the batch-norm sums, a block per channel (bn_stats, bn_grad_sums).
+// elements on a stream, and the batch-norm sums, a block per channel and group (bn_stats,
+// bn_grad_sums).
 // Functions over device pointers and explicit shapes; the layers that hold them, with the GEMM
 // layers, are in model_device.cuh. Namespace braid::nn::fused.
 //
@@ -43,41 +44,71 @@ template <class Op> BRAID_KERNEL_BOUNDED(op_threads) void for_each_kernel(std::i
   for (std::int64_t i = std::int64_t(gpu::block_index()) * gpu::block_size() + gpu::thread_index(); i < n; i += step) op(i);
 }
 
-// The per-channel sums of ops.hpp's channel order: a block per channel, its threads taking partials
-// t, t + block, ... (consecutive threads read consecutive elements), then the fixed tree in shared
-// memory. Every thread calls channel_tree; part[0] holds the sum after it.
-template <class Acc> BRAID_DEVICE void channel_tree(Acc* part) {
-  for (int s = ops::channel_parts / 2; s >= 1; s /= 2) {
-    for (int p = int(gpu::thread_index()); p < s; p += int(gpu::block_size())) part[p] += part[p + s];
+// The per-channel sums of ops.hpp's channel order, in two steps. First a block per (channel, group)
+// item (grid-stride over the C * channel_groups items): its threads take the group's partials t,
+// t + block, ... (consecutive threads on consecutive elements; any block size gives the same
+// partials), then the group's fixed tree in shared memory, and thread 0 writes the group sum to the
+// scratch at item c * channel_groups + g. Then the group sums of a channel are added in their fixed
+// tree (group_total) by whoever needs the channel's sum: a thread per channel in the finishing
+// kernel, and every thread of the deviations pass (the mean).
+template <class Acc, class F>
+BRAID_DEVICE void group_sum(Acc* part, const ops::channel_walk& w, std::int64_t c, int g, const F& f) {
+  const int t = int(gpu::thread_index()), bs = int(gpu::block_size());
+  for (int j = t; j < ops::channel_group; j += bs)
+    part[j] = ops::channel_partial<Acc>(w, c, std::int64_t(g) * ops::channel_group + j, f);
+  gpu::sync_block();
+  for (int s = ops::channel_group / 2; s >= 1; s /= 2) {
+    for (int p = t; p < s; p += bs) part[p] += part[p + s];
     gpu::sync_block();
   }
 }
-template <class T> BRAID_KERNEL_BOUNDED(op_threads) void bn_stats_kernel(ops::bn_stats<T> op) {
-  BRAID_SHARED double part[ops::channel_parts];
-  const std::int64_t c = std::int64_t(gpu::block_index()), m = op.n * op.hw;
-  const int t = int(gpu::thread_index()), bs = int(gpu::block_size());
-  if (!op.training) {
-    if (t == 0) op.finish(c, 0, 0);
-    return;
-  }
-  for (int p = t; p < ops::channel_parts; p += bs) part[p] = ops::channel_partial<double>(m, p, op.values(c));
-  gpu::sync_block();
-  channel_tree(part);
-  const double s = part[0];
-  gpu::sync_block(); // every thread has read the sum before the partials are overwritten
-  for (int p = t; p < ops::channel_parts; p += bs) part[p] = ops::channel_partial<double>(m, p, op.deviations(c, s / double(m)));
-  gpu::sync_block();
-  channel_tree(part);
-  if (t == 0) op.finish(c, s, part[0]);
+template <class Acc> BRAID_DEVICE Acc group_total(const Acc* sums, std::int64_t c) {
+  Acc v[ops::channel_groups];
+  for (int g = 0; g < ops::channel_groups; ++g) v[g] = sums[c * ops::channel_groups + g];
+  ops::channel_tree(v, ops::channel_groups);
+  return v[0];
 }
-template <class T> BRAID_KERNEL_BOUNDED(op_threads) void bn_grad_sums_kernel(ops::bn_grad_sums<T> op) {
-  BRAID_SHARED ops::sum2 part[ops::channel_parts];
-  const std::int64_t c = std::int64_t(gpu::block_index()), m = op.n * op.hw;
-  const int t = int(gpu::thread_index()), bs = int(gpu::block_size());
-  for (int p = t; p < ops::channel_parts; p += bs) part[p] = ops::channel_partial<ops::sum2>(m, p, op.terms_of(c));
-  gpu::sync_block();
-  channel_tree(part);
-  if (t == 0) op.finish(c, part[0]);
+// Deviations = false: the group sums of x into sum; true: of the squared deviations from the mean
+// (from sum's group sums) into dev.
+template <class T, bool Deviations>
+BRAID_KERNEL_BOUNDED(op_threads) void bn_stats_groups_kernel(ops::bn_stats<T> op, ops::channel_walk w, double* sum, double* dev) {
+  BRAID_SHARED double part[ops::channel_group];
+  const std::int64_t items = op.C * ops::channel_groups;
+  for (std::int64_t item = gpu::block_index(); item < items; item += gpu::grid_size()) {
+    const std::int64_t c = item / ops::channel_groups;
+    const int g = int(item - c * ops::channel_groups);
+    if constexpr (Deviations)
+      group_sum(part, w, c, g, op.deviations(group_total(sum, c) / double(w.m)));
+    else
+      group_sum(part, w, c, g, op.values());
+    if (gpu::thread_index() == 0) (Deviations ? dev : sum)[item] = part[0];
+    gpu::sync_block(); // part[0] is read before the next item overwrites it
+  }
+}
+template <class T> BRAID_KERNEL_BOUNDED(op_threads) void bn_stats_finish_kernel(ops::bn_stats<T> op, const double* sum, const double* dev) {
+  const std::int64_t step = std::int64_t(gpu::grid_size()) * gpu::block_size();
+  for (std::int64_t c = std::int64_t(gpu::block_index()) * gpu::block_size() + gpu::thread_index(); c < op.C; c += step) {
+    if (op.training)
+      op.finish(c, group_total(sum, c), group_total(dev, c));
+    else
+      op.finish(c, 0, 0);
+  }
+}
+template <class T>
+BRAID_KERNEL_BOUNDED(op_threads) void bn_grad_groups_kernel(ops::bn_grad_sums<T> op, ops::channel_walk w, ops::sum2* sum) {
+  BRAID_SHARED ops::sum2 part[ops::channel_group];
+  const std::int64_t items = op.C * ops::channel_groups;
+  for (std::int64_t item = gpu::block_index(); item < items; item += gpu::grid_size()) {
+    const std::int64_t c = item / ops::channel_groups;
+    group_sum(part, w, c, int(item - c * ops::channel_groups), op.terms_of());
+    if (gpu::thread_index() == 0) sum[item] = part[0];
+    gpu::sync_block();
+  }
+}
+template <class T> BRAID_KERNEL_BOUNDED(op_threads) void bn_grad_finish_kernel(ops::bn_grad_sums<T> op, const ops::sum2* sum) {
+  const std::int64_t step = std::int64_t(gpu::grid_size()) * gpu::block_size();
+  for (std::int64_t c = std::int64_t(gpu::block_index()) * gpu::block_size() + gpu::thread_index(); c < op.C; c += step)
+    op.finish(c, group_total(sum, c));
 }
 
 inline void require_shape(bool ok, const char* what) {
@@ -95,17 +126,57 @@ template <class Op> void for_each(std::int64_t n, const Op& op, cudaStream_t str
   if (e != cudaSuccess) cuda_detail::raise_cuda(e, "nn::fused::for_each", __FILE__, __LINE__);
 }
 
-// Batch-norm statistics and gradient sums, one block per channel (C blocks of the op block size):
-// the bits of the host's op(c) (ops.hpp's channel order), in parallel over the channel's elements.
-template <class T> void bn_stats(const ops::bn_stats<T>& op, cudaStream_t s) {
-  detail::require_shape(op.C > 0 && op.n > 0 && op.hw > 0, "bn_stats: bad shape");
-  const cudaError_t e = gpu::launch(detail::bn_stats_kernel<T>, unsigned(op.C), detail::op_block, 0, s, op);
+// Batch-norm statistics and gradient sums (ops.hpp's channel order, the bits of the host's op(c)):
+// a block per (channel, group), C * channel_groups blocks of the op block size on a GPU, then a thread
+// per channel; bn_stats makes two such passes (the sum, then the squared deviations from the mean)
+// and one finishing kernel, bn_grad_sums one pass and one finishing kernel. `scratch`: device memory
+// of at least bn_scratch_doubles(C) doubles (8-byte aligned), used by the calls on the stream in
+// order (one scratch serves every call on one stream); its contents need no initialisation.
+inline std::int64_t bn_scratch_doubles(std::int64_t C) { return 2 * C * ops::channel_groups; }
+
+namespace detail {
+inline unsigned bn_blocks(std::int64_t items, std::int64_t max_blocks) {
+  return unsigned(items < max_blocks ? items : max_blocks);
+}
+// The launches, with the block size and the most blocks given (the public calls use this build's
+// op_block and op_max_blocks; the tests try other shapes: the results do not depend on them).
+template <class T>
+void bn_stats_launch(const ops::bn_stats<T>& op, double* scratch, cudaStream_t s, unsigned block, std::int64_t max_blocks) {
+  require_shape(op.C > 0 && op.n > 0 && op.hw > 0, "bn_stats: bad shape");
+  require_shape(scratch != nullptr, "bn_stats: no scratch");
+  double* sum = scratch;
+  double* dev = scratch + op.C * ops::channel_groups;
+  cudaError_t e = cudaSuccess;
+  if (op.training) {
+    const ops::channel_walk w = ops::make_channel_walk(op.n, op.C, op.hw);
+    const unsigned blocks = bn_blocks(op.C * ops::channel_groups, max_blocks);
+    e = gpu::launch(bn_stats_groups_kernel<T, false>, blocks, block, 0, s, op, w, sum, dev);
+    if (e == cudaSuccess) e = gpu::launch(bn_stats_groups_kernel<T, true>, blocks, block, 0, s, op, w, sum, dev);
+  }
+  if (e == cudaSuccess)
+    e = gpu::launch(bn_stats_finish_kernel<T>, bn_blocks((op.C + block - 1) / block, max_blocks), block, 0, s, op,
+                    static_cast<const double*>(sum), static_cast<const double*>(dev));
   if (e != cudaSuccess) cuda_detail::raise_cuda(e, "nn::fused::bn_stats", __FILE__, __LINE__);
 }
-template <class T> void bn_grad_sums(const ops::bn_grad_sums<T>& op, cudaStream_t s) {
-  detail::require_shape(op.C > 0 && op.n > 0 && op.hw > 0, "bn_grad_sums: bad shape");
-  const cudaError_t e = gpu::launch(detail::bn_grad_sums_kernel<T>, unsigned(op.C), detail::op_block, 0, s, op);
+template <class T>
+void bn_grad_sums_launch(const ops::bn_grad_sums<T>& op, double* scratch, cudaStream_t s, unsigned block, std::int64_t max_blocks) {
+  require_shape(op.C > 0 && op.n > 0 && op.hw > 0, "bn_grad_sums: bad shape");
+  require_shape(scratch != nullptr, "bn_grad_sums: no scratch");
+  auto* sum = reinterpret_cast<ops::sum2*>(scratch);
+  const ops::channel_walk w = ops::make_channel_walk(op.n, op.C, op.hw);
+  cudaError_t e = gpu::launch(bn_grad_groups_kernel<T>, bn_blocks(op.C * ops::channel_groups, max_blocks), block, 0, s, op, w, sum);
+  if (e == cudaSuccess)
+    e = gpu::launch(bn_grad_finish_kernel<T>, bn_blocks((op.C + block - 1) / block, max_blocks), block, 0, s, op,
+                    static_cast<const ops::sum2*>(sum));
   if (e != cudaSuccess) cuda_detail::raise_cuda(e, "nn::fused::bn_grad_sums", __FILE__, __LINE__);
+}
+} // namespace detail
+
+template <class T> void bn_stats(const ops::bn_stats<T>& op, double* scratch, cudaStream_t s) {
+  detail::bn_stats_launch(op, scratch, s, detail::op_block, detail::op_max_blocks);
+}
+template <class T> void bn_grad_sums(const ops::bn_grad_sums<T>& op, double* scratch, cudaStream_t s) {
+  detail::bn_grad_sums_launch(op, scratch, s, detail::op_block, detail::op_max_blocks);
 }
 
 template <class T> void relu_forward(const T* x, T* y, std::int64_t n, cudaStream_t s) {

@@ -29,10 +29,11 @@
 //   conv2d      im2col of the whole batch into [c*k*k, n*ho*wo] (ops::im2col_batch), one GEMM
 //               W[o, c*k*k] x col, then a permute to NCHW; backward: dy permuted to [o, n*ho*wo],
 //               dW += dy' col^T (one GEMM over the batch), dcol = W^T dy' (one GEMM), col2im_batch.
-//   batchnorm2d ops::bn_stats per channel (a block per channel: each thread sums some of 256 strided
-//               partials in double, then a fixed tree in shared memory; ops.hpp's channel order, which
-//               the host runs in one pass), ops::bn_apply per element; backward ops::bn_grad_sums the
-//               same way, bn_grad_apply per element. The same bits as the host layer's hand-written
+//   batchnorm2d ops::bn_stats per channel (fused::bn_stats: a block per channel and group of 256 of
+//               the channel's 4096 strided partials, in double, its fixed tree in shared memory, then
+//               the 16 group sums' tree; ops.hpp's channel order, which the host runs in one pass;
+//               scratch: 32 doubles a channel from the pool), ops::bn_apply per element; backward
+//               ops::bn_grad_sums the same way, bn_grad_apply per element. The same bits as the host layer's hand-written
 //               path (it runs these ops).
 //   relu, residual add, global average pooling, softmax cross-entropy: ops.hpp, as on the host.
 //   linear      bias rows, then one GEMM (y = x W^T + b); backward two GEMMs and ops::bias_grad.
@@ -205,7 +206,7 @@ public:
     this->out_ = shape_t({n, o_, g_.ho, g_.wo});
     auto& c = this->ctx_;
     pooled<T> col(c, ck * n * hw), cn(c, o_ * n * hw);
-    for_each(ck * n * hw, ops::im2col_batch<T>{x, col.get(), g_, n}, c.stream);
+    for_each(ck * n * hw, ops::im2col_batch<T>::make(x, col.get(), g_, n), c.stream);
     gemm<T>(c.blas, false, false, o_, n * hw, ck, T(1), this->tab_.w(w_), ck, col.get(), n * hw, T(0), cn.get(), n * hw);
     T* y = y_.grow(c, n * o_ * hw);
     for_each(n * o_ * hw, ops::cn_to_nchw<T>{cn.get(), y, o_, n, hw}, c.stream);
@@ -216,12 +217,12 @@ public:
     const std::int64_t n = this->in_[0], hw = std::int64_t(g_.ho) * g_.wo, ck = std::int64_t(c_) * k_ * k_;
     pooled<T> col(c, ck * n * hw), dcn(c, o_ * n * hw);
     for_each(o_ * n * hw, ops::nchw_to_cn<T>{dy, dcn.get(), o_, n, hw}, c.stream);
-    for_each(ck * n * hw, ops::im2col_batch<T>{x_, col.get(), g_, n}, c.stream);
+    for_each(ck * n * hw, ops::im2col_batch<T>::make(x_, col.get(), g_, n), c.stream);
     gemm<T>(c.blas, false, true, o_, ck, n * hw, T(1), dcn.get(), n * hw, col.get(), n * hw, T(1), this->tab_.g(w_), ck);
     this->tab_.ready(w_);
     gemm<T>(c.blas, true, false, ck, n * hw, o_, T(1), this->tab_.w(w_), ck, dcn.get(), n * hw, T(0), col.get(), n * hw);
     T* dx = dx_.grow(c, this->in_.numel());
-    for_each(this->in_.numel(), ops::col2im_batch<T>{col.get(), dx, g_, n}, c.stream);
+    for_each(this->in_.numel(), ops::col2im_batch<T>::make(col.get(), dx, g_, n), c.stream);
     return dx;
   }
 
@@ -249,7 +250,8 @@ public:
     const std::int64_t n = in[0], hw = in[2] * in[3], all = in.numel();
     T* mu = mu_.grow(c, c_);
     T* is = invstd_.grow(c, c_);
-    bn_stats(ops::bn_stats<T>{x, n, c_, hw, mom_, eps_, this->training_, this->tab_.b(mean_), this->tab_.b(var_), mu, is}, c.stream);
+    bn_stats(ops::bn_stats<T>{x, n, c_, hw, mom_, eps_, this->training_, this->tab_.b(mean_), this->tab_.b(var_), mu, is},
+             scratch_.grow(c, bn_scratch_doubles(c_)), c.stream);
     T* y = y_.grow(c, all);
     for_each(all, ops::bn_apply<T>{x, mu, is, this->tab_.w(gamma_), this->tab_.w(beta_), xhat_.grow(c, all), y, c_, hw}, c.stream);
     return y;
@@ -260,7 +262,7 @@ public:
     pooled<T> coef(c, 3 * c_);
     bn_grad_sums(ops::bn_grad_sums<T>{dy, xhat_.get(), this->tab_.w(gamma_), invstd_.get(), n, c_, hw, this->tab_.g(gamma_),
                                       this->tab_.g(beta_), coef.get()},
-                 c.stream);
+                 scratch_.grow(c, bn_scratch_doubles(c_)), c.stream);
     this->tab_.ready(beta_);
     this->tab_.ready(gamma_);
     T* dx = dx_.grow(c, all);
@@ -273,6 +275,7 @@ private:
   double mom_, eps_;
   std::size_t gamma_, beta_, mean_, var_;
   pooled<T> mu_, invstd_, xhat_, y_, dx_;
+  pooled<double> scratch_; // the batch-norm sums' group sums (bn_scratch_doubles(c_))
 };
 
 template <class T> class relu_layer final : public layer<T> {

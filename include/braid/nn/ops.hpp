@@ -18,9 +18,23 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "../core/config.hpp"
+
+#if !defined(BRAID_HD_UNROLL)
+#if defined(__CUDA_ARCH__) // nvcc's device pass
+#define BRAID_HD_UNROLL _Pragma("unroll")
+#elif defined(__CUDACC__) // nvcc's host pass: its host compiler may not know the pragma
+#define BRAID_HD_UNROLL
+#elif defined(__clang__)
+#define BRAID_HD_UNROLL _Pragma("unroll")
+#else
+#define BRAID_HD_UNROLL _Pragma("GCC unroll 16")
+#endif
+#endif
 
 namespace braid::nn::ops {
 
@@ -180,31 +194,140 @@ template <class T> struct col2im {
     dx[e] = col2im_at(col, std::int64_t(g.ho) * g.wo, g, ch, iy, ix);
   }
 };
+// Division of dividends n < 2^31 by a fixed divisor 1 <= d < 2^31 as a multiply-high and a shift
+// (Granlund and Montgomery; the rounded-up multiplier of CUTLASS's FastDivmod): exact, and the same
+// quotient on the host and the device. For index arithmetic in loops over elements, where a 64-bit
+// division costs tens of instructions.
+struct divider {
+  std::uint32_t d = 1, mul = 0, shift = 0;
+  static constexpr divider of(std::uint32_t d) {
+    divider r;
+    r.d = d;
+    if (d > 1) {
+      std::uint32_t log2 = 0; // ceil(log2 d)
+      while ((std::uint64_t(1) << log2) < d) ++log2;
+      r.mul = std::uint32_t(((std::uint64_t(1) << (31 + log2)) + d - 1) / d);
+      r.shift = log2 - 1;
+    }
+    return r;
+  }
+  BRAID_HD std::uint32_t div(std::uint32_t n) const {
+#if defined(__CUDA_ARCH__)
+    const std::uint32_t hi = __umulhi(n, mul);
+#else
+    const std::uint32_t hi = std::uint32_t((std::uint64_t(n) * mul) >> 32);
+#endif
+    return d == 1 ? n : hi >> shift;
+  }
+};
 // A batch of n images [n, c, h, w] -> one column matrix [c*k*k, n*ho*wo] (image i's columns at
-// i*ho*wo), so that one GEMM convolves the whole batch.
+// i*ho*wo), so that one GEMM convolves the whole batch. make() chooses 32-bit index arithmetic with
+// dividers (narrow) where every index of x and col fits in 31 bits; an op built without make(), or
+// too large, takes the 64-bit divisions. Both copy the same elements.
 template <class T> struct im2col_batch {
   const T* x;
   T* col;
   conv_shape g;
   std::int64_t n;
+  bool narrow = false;
+  divider by_ld{}, by_hw{}, by_wo{}, by_kk{}, by_k{};
+  static im2col_batch make(const T* x, T* col, const conv_shape& g, std::int64_t n) {
+    im2col_batch op{x, col, g, n};
+    const std::int64_t hw = std::int64_t(g.ho) * g.wo, ck = std::int64_t(g.c) * g.k * g.k, most = 0x7fffffff;
+    if (n > 0 && ck * n * hw <= most && n * g.c * std::int64_t(g.h) * g.w <= most) {
+      op.narrow = true;
+      op.by_ld = divider::of(std::uint32_t(n * hw));
+      op.by_hw = divider::of(std::uint32_t(hw));
+      op.by_wo = divider::of(std::uint32_t(g.wo));
+      op.by_kk = divider::of(std::uint32_t(g.k * g.k));
+      op.by_k = divider::of(std::uint32_t(g.k));
+    }
+    return op;
+  }
   BRAID_HD void operator()(std::int64_t e) const {
-    const std::int64_t hw = std::int64_t(g.ho) * g.wo, ld = n * hw;
-    const std::int64_t row = e / ld, r = e - row * ld, i = r / hw;
-    col[e] = im2col_at(x + i * g.c * g.h * g.w, g, row, int(r - i * hw));
+    if (!narrow) {
+      const std::int64_t hw = std::int64_t(g.ho) * g.wo, ld = n * hw;
+      const std::int64_t row = e / ld, r = e - row * ld, i = r / hw;
+      col[e] = im2col_at(x + i * g.c * g.h * g.w, g, row, int(r - i * hw));
+      return;
+    }
+    const std::uint32_t u = std::uint32_t(e);
+    const std::uint32_t row = by_ld.div(u), r = u - row * by_ld.d, i = by_hw.div(r), q = r - i * by_hw.d;
+    const std::uint32_t oy = by_wo.div(q), ox = q - oy * by_wo.d;
+    const std::uint32_t ch = by_kk.div(row), rk = row - ch * by_kk.d, ki = by_k.div(rk), kj = rk - ki * by_k.d;
+    const int iy = int(oy) * g.s - g.pad + int(ki), ix = int(ox) * g.s - g.pad + int(kj);
+    col[e] = (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) ? x[((int(i) * g.c + int(ch)) * g.h + iy) * g.w + ix] : T(0);
   }
 };
-// The batch's input gradients [n, c, h, w] from its column matrix [c*k*k, n*ho*wo].
+// The batch's input gradients [n, c, h, w] from its column matrix [c*k*k, n*ho*wo]: col2im_at's sum
+// (over ki, then kj, in order). make() as for im2col_batch: narrow, the element's position by
+// dividers and the taps' output positions stepped (no division per tap); the same terms added in the
+// same order as col2im_at.
 template <class T> struct col2im_batch {
   const T* col;
   T* dx;
   conv_shape g;
   std::int64_t n;
+  bool narrow = false;
+  divider by_plane{}, by_c{}, by_w{}, by_s{};
+  static col2im_batch make(const T* col, T* dx, const conv_shape& g, std::int64_t n) {
+    col2im_batch op{col, dx, g, n};
+    const std::int64_t hw = std::int64_t(g.ho) * g.wo, ck = std::int64_t(g.c) * g.k * g.k, most = 0x7fffffff;
+    if (n > 0 && ck * n * hw <= most && n * g.c * std::int64_t(g.h) * g.w <= most && g.h + g.pad <= most / 2 &&
+        g.w + g.pad <= most / 2) {
+      op.narrow = true;
+      op.by_plane = divider::of(std::uint32_t(std::int64_t(g.h) * g.w));
+      op.by_c = divider::of(std::uint32_t(g.c));
+      op.by_w = divider::of(std::uint32_t(g.w));
+      op.by_s = divider::of(std::uint32_t(g.s));
+    }
+    return op;
+  }
   BRAID_HD void operator()(std::int64_t e) const {
-    const std::int64_t plane = std::int64_t(g.h) * g.w, img = plane * g.c, hw = std::int64_t(g.ho) * g.wo;
-    const std::int64_t i = e / img, r = e - i * img;
-    const int ch = int(r / plane);
-    const int at = int(r - std::int64_t(ch) * plane), iy = at / g.w, ix = at - iy * g.w;
-    dx[e] = col2im_at(col + i * hw, n * hw, g, ch, iy, ix);
+    const std::int64_t hw = std::int64_t(g.ho) * g.wo;
+    if (!narrow) {
+      const std::int64_t plane = std::int64_t(g.h) * g.w, img = plane * g.c;
+      const std::int64_t i = e / img, r = e - i * img;
+      const int ch = int(r / plane);
+      const int at = int(r - std::int64_t(ch) * plane), iy = at / g.w, ix = at - iy * g.w;
+      dx[e] = col2im_at(col + i * hw, n * hw, g, ch, iy, ix);
+      return;
+    }
+    // e = (i*c + ch)*plane + iy*w + ix.
+    const std::uint32_t u = std::uint32_t(e);
+    const std::uint32_t pl = by_plane.div(u), at = u - pl * by_plane.d, iy = by_w.div(at), ix = at - iy * by_w.d;
+    const std::uint32_t i = by_c.div(pl), ch = pl - i * by_c.d;
+    const std::uint32_t ld = std::uint32_t(n * hw), s = by_s.d;
+    const T* base = col + i * std::uint32_t(hw) + ch * std::uint32_t(g.k * g.k) * ld;
+    // Tap ki: ty = iy + pad - ki (= oy * s when it counts); (qy, ry) = (ty / s, ty % s), stepped down.
+    const std::uint32_t ty0 = iy + std::uint32_t(g.pad), tx0 = ix + std::uint32_t(g.pad);
+    const std::uint32_t qy0 = by_s.div(ty0), qx0 = by_s.div(tx0);
+    const std::uint32_t ry0 = ty0 - qy0 * s, rx0 = tx0 - qx0 * s;
+    T acc = 0;
+    std::uint32_t qy = qy0, ry = ry0;
+    for (int ki = 0; ki < g.k; ++ki) {
+      // ty = ty0 - ki >= 0, ty % s == 0, ty / s < ho
+      if (std::uint32_t(ki) <= ty0 && ry == 0 && qy < std::uint32_t(g.ho)) {
+        std::uint32_t qx = qx0, rx = rx0;
+        for (int kj = 0; kj < g.k; ++kj) {
+          if (std::uint32_t(kj) <= tx0 && rx == 0 && qx < std::uint32_t(g.wo))
+            acc += base[std::uint32_t(ki * g.k + kj) * ld + qy * std::uint32_t(g.wo) + qx];
+          if (rx == 0) {
+            rx = s - 1;
+            --qx;
+          } else {
+            --rx;
+          }
+        }
+      }
+      if (ry == 0) {
+        ry = s - 1;
+        --qy;
+      } else {
+        --ry;
+      }
+    }
+    dx[e] = acc;
   }
 };
 // [o, n*hw] (a GEMM's output over the batch's column matrix) -> [n, o, hw] (NCHW), one element.
@@ -228,16 +351,45 @@ template <class T> struct nchw_to_cn {
   }
 };
 
-// Per-channel sums in an order that a block of threads computes in parallel and the host in one
-// pass, with the same bits: channel c's m = n*hw elements, numbered k = i*hw + j (image i, pixel j),
-// go to partial k % channel_parts; each partial adds its elements in increasing k; then the partials
-// are added pairwise in a fixed tree (part[p] += part[p + s] for s = channel_parts/2, ..., 1, all
-// p < s). A GPU block gives each of its threads some partials (consecutive threads read consecutive
-// elements), the host adds element k into partial k % channel_parts as it walks k.
-inline constexpr int channel_parts = 256;
-BRAID_HD std::int64_t channel_at(std::int64_t k, std::int64_t C, std::int64_t hw, std::int64_t c) {
-  const std::int64_t i = k / hw;
-  return (i * C + c) * hw + (k - i * hw);
+// Per-channel sums in an order that many blocks of threads compute in parallel and the host in one
+// pass, with the same bits. Channel c's m = n*hw elements, numbered k = i*hw + j (image i, pixel j),
+// go to partial k % channel_parts (4096 partials); each partial adds its elements in increasing k.
+// The partials form channel_groups = 16 groups of channel_group = 256 consecutive partials (group g:
+// partials 256g .. 256g + 255); each group is added pairwise in a fixed tree (part[p] += part[p + s]
+// for s = 128, 64, ..., 1, all p < s, p relative to the group), and then the 16 group sums in the same
+// kind of tree (s = 8, 4, 2, 1): channel_tree. On a device, one block per (channel, group) computes
+// the group's partials (its threads take partials t, t + block, ...: consecutive threads on
+// consecutive elements, the result independent of the block size) and its tree, and a second step
+// adds the 16 group sums (fused::bn_stats, fused::bn_grad_sums); the host adds element k into
+// partial k % channel_parts as it walks k (channel_sum). The order depends on the shape only.
+inline constexpr int channel_group = 256;
+inline constexpr int channel_groups = 16;
+inline constexpr int channel_parts = channel_group * channel_groups;
+// Walking one channel's elements of [n, C, hw] without a division per element: element k sits at
+// e = (i*C + c)*hw + j; k -> k + channel_parts moves (i, j) by (parts / hw, parts % hw) with a carry.
+struct channel_walk {
+  std::int64_t m, C, hw;
+  std::int64_t step; // e's step for k += channel_parts, before the carry
+  std::int64_t dj;   // j's step (channel_parts % hw)
+  std::int64_t wrap; // e's extra step when j carries past hw (the next image of the channel)
+  // Element index of channel c's element k (one division).
+  BRAID_HD std::int64_t at(std::int64_t k, std::int64_t c) const {
+    const std::int64_t i = k / hw;
+    return (i * C + c) * hw + (k - i * hw);
+  }
+  // Advance (e, j) by channel_parts elements of the channel.
+  BRAID_HD void next(std::int64_t& e, std::int64_t& j) const {
+    e += step;
+    j += dj;
+    if (j >= hw) {
+      j -= hw;
+      e += wrap;
+    }
+  }
+};
+inline channel_walk make_channel_walk(std::int64_t n, std::int64_t C, std::int64_t hw) {
+  const std::int64_t di = channel_parts / hw, dj = channel_parts % hw;
+  return channel_walk{n * hw, C, hw, di * C * hw + dj, dj, (C - 1) * hw};
 }
 // Two sums at once (bn_grad_sums).
 struct sum2 {
@@ -248,26 +400,65 @@ struct sum2 {
     return *this;
   }
 };
-// Partial p of f over k in [0, m) (f(k) gives element k's term).
-template <class Acc, class F> BRAID_HD Acc channel_partial(std::int64_t m, int p, const F& f) {
+// Partial p (< channel_parts) of channel c: f(e) (e: the element's index in [n, C, hw]) over the
+// channel's elements k = p, p + channel_parts, ... < m, in increasing k. Loads `unroll` elements before
+// adding them (in the same order: the same bits), so that several loads are in flight.
+template <class Acc, int unroll = 8, class F>
+BRAID_HD Acc channel_partial(const channel_walk& w, std::int64_t c, std::int64_t p, const F& f) {
   Acc acc{};
-  for (std::int64_t k = p; k < m; k += channel_parts) acc += f(k);
+  if (p >= w.m) return acc;
+  std::int64_t left = (w.m - 1 - p) / channel_parts + 1;
+  const std::int64_t i = p / w.hw;
+  std::int64_t j = p - i * w.hw, e = (i * w.C + c) * w.hw + j;
+  for (; left >= unroll; left -= unroll) {
+    std::int64_t at[static_cast<std::size_t>(unroll)];
+    BRAID_HD_UNROLL
+    for (int u = 0; u < unroll; ++u) {
+      at[u] = e;
+      w.next(e, j);
+    }
+    Acc v[static_cast<std::size_t>(unroll)];
+    BRAID_HD_UNROLL
+    for (int u = 0; u < unroll; ++u) v[u] = f(at[u]);
+    BRAID_HD_UNROLL
+    for (int u = 0; u < unroll; ++u) acc += v[u];
+  }
+  for (; left > 0; --left) {
+    acc += f(e);
+    w.next(e, j);
+  }
   return acc;
 }
-// The host's whole sum (one pass over k).
-template <class Acc, class F> Acc channel_sum(std::int64_t m, const F& f) {
-  Acc part[channel_parts] = {};
-  for (std::int64_t k = 0; k < m; ++k) part[k % channel_parts] += f(k);
-  for (int s = channel_parts / 2; s >= 1; s /= 2)
-    for (int p = 0; p < s; ++p) part[p] += part[p + s];
-  return part[0];
+// The fixed tree over n (a power of two) values, in place; v[0] holds the sum after it.
+template <class Acc> BRAID_HD void channel_tree(Acc* v, int n) {
+  for (int s = n / 2; s >= 1; s /= 2)
+    for (int p = 0; p < s; ++p) v[p] += v[p + s];
+}
+// The host's whole sum of channel c (one pass over k).
+template <class Acc, class F> Acc channel_sum(const channel_walk& w, std::int64_t c, const F& f) {
+  std::vector<Acc> part(static_cast<std::size_t>(channel_parts));
+  int p = 0;
+  for (std::int64_t i = 0; i * w.hw < w.m; ++i) {
+    const std::int64_t base = (i * w.C + c) * w.hw;
+    for (std::int64_t j = 0; j < w.hw; ++j) {
+      part[static_cast<std::size_t>(p)] += f(base + j);
+      if (++p == channel_parts) p = 0;
+    }
+  }
+  Acc group[channel_groups];
+  for (int g = 0; g < channel_groups; ++g) {
+    channel_tree(part.data() + std::size_t(g) * channel_group, channel_group);
+    group[g] = part[std::size_t(g) * channel_group];
+  }
+  channel_tree(group, channel_groups);
+  return group[0];
 }
 
 // Batch normalisation over [n, C, hw], per channel c: the statistics (sums in double in the order
 // above: the mean, then the squared deviations from it), the running statistics' update (training;
 // unbiased variance), and the channel's mean mu[c] and 1/sqrt(var + eps) invstd[c] in T; in
-// evaluation, the running statistics. op(c) on the host; on a device, a block per channel computes
-// the two sums (fused::detail::bn_stats_kernel) and calls finish(c, s, s2).
+// evaluation, the running statistics. op(c) on the host; on a device, fused::bn_stats computes the
+// two sums (a block per channel and group, then the group sums per channel) and calls finish(c, s, s2).
 template <class T> struct bn_stats {
   const T* x;
   std::int64_t n, C, hw;
@@ -277,23 +468,21 @@ template <class T> struct bn_stats {
   T* running_var;
   T* mu;
   T* invstd;
-  // Element k of channel c, and its squared deviation from `mean` (the terms of the two sums).
+  // Element e of [n, C, hw], and its squared deviation from `mean` (the terms of the two sums).
   struct value {
     const T* x;
-    std::int64_t C, hw, c;
-    BRAID_HD double operator()(std::int64_t k) const { return double(x[channel_at(k, C, hw, c)]); }
+    BRAID_HD double operator()(std::int64_t e) const { return double(x[e]); }
   };
   struct deviation {
     const T* x;
-    std::int64_t C, hw, c;
     double mean;
-    BRAID_HD double operator()(std::int64_t k) const {
-      const double d = double(x[channel_at(k, C, hw, c)]) - mean;
+    BRAID_HD double operator()(std::int64_t e) const {
+      const double d = double(x[e]) - mean;
       return d * d;
     }
   };
-  BRAID_HD value values(std::int64_t c) const { return {x, C, hw, c}; }
-  BRAID_HD deviation deviations(std::int64_t c, double mean) const { return {x, C, hw, c, mean}; }
+  BRAID_HD value values() const { return {x}; }
+  BRAID_HD deviation deviations(double mean) const { return {x, mean}; }
   // s: the sum of the channel's elements; s2: of their squared deviations from s / m (training only).
   BRAID_HD void finish(std::int64_t c, double s, double s2) const {
     const std::int64_t m = n * hw;
@@ -313,8 +502,9 @@ template <class T> struct bn_stats {
   void operator()(std::int64_t c) const {
     const std::int64_t m = n * hw;
     if (!training) return finish(c, 0, 0);
-    const double s = channel_sum<double>(m, values(c));
-    finish(c, s, channel_sum<double>(m, deviations(c, s / double(m))));
+    const channel_walk w = make_channel_walk(n, C, hw);
+    const double s = channel_sum<double>(w, c, values());
+    finish(c, s, channel_sum<double>(w, c, deviations(s / double(m))));
   }
 };
 // One element: xhat = (x - mu) * invstd, y = gamma * xhat + beta.
@@ -337,7 +527,8 @@ template <class T> struct bn_apply {
 // Per channel: sum(dy) and sum(dy * xhat) in double (in the order of channel_sum), added into the
 // parameter gradients (dgamma += sum(dy*xhat), dbeta += sum(dy)), and the channel's coefficients of
 // dx in coef[3c..3c+2]: gamma*invstd, sum(dy)/m, sum(dy*xhat)/m. op(c) on the host; on a device a
-// block per channel (fused::detail::bn_grad_sums_kernel) computes the sums and calls finish().
+// block per channel and group, then the group sums per channel (fused::bn_grad_sums), computes the
+// sums and calls finish().
 template <class T> struct bn_grad_sums {
   const T* dy;
   const T* xhat;
@@ -347,17 +538,13 @@ template <class T> struct bn_grad_sums {
   T* dgamma;
   T* dbeta;
   T* coef;
-  // (dy, dy * xhat) of element k of channel c.
+  // (dy, dy * xhat) of element e of [n, C, hw].
   struct terms {
     const T* dy;
     const T* xhat;
-    std::int64_t C, hw, c;
-    BRAID_HD sum2 operator()(std::int64_t k) const {
-      const std::int64_t e = channel_at(k, C, hw, c);
-      return {double(dy[e]), double(dy[e]) * double(xhat[e])};
-    }
+    BRAID_HD sum2 operator()(std::int64_t e) const { return {double(dy[e]), double(dy[e]) * double(xhat[e])}; }
   };
-  BRAID_HD terms terms_of(std::int64_t c) const { return {dy, xhat, C, hw, c}; }
+  BRAID_HD terms terms_of() const { return {dy, xhat}; }
   BRAID_HD void finish(std::int64_t c, sum2 s) const {
     const std::int64_t m = n * hw;
     dgamma[c] += T(s.b);
@@ -367,7 +554,7 @@ template <class T> struct bn_grad_sums {
     coef[3 * c + 2] = T(s.b / double(m));
   }
   void operator()(std::int64_t c) const {
-    finish(c, channel_sum<sum2>(n * hw, terms_of(c)));
+    finish(c, channel_sum<sum2>(make_channel_walk(n, C, hw), c, terms_of()));
   }
 };
 // One input gradient: training, gamma*invstd * (dy - mean(dy) - xhat * mean(dy*xhat)); evaluation

@@ -208,8 +208,8 @@ TEST_CASE("device layers refuse shapes that give no output") {
 }
 
 namespace {
-// Batch-norm statistics and gradient sums on the device (a block per channel, ops.hpp's channel order)
-// against the host batchnorm2d's hand-written path (op(c), one pass), for one shape.
+// Batch-norm statistics and gradient sums on the device (a block per channel and group, ops.hpp's
+// channel order) against the host batchnorm2d's hand-written path (op(c), one pass), for one shape.
 template <class T> void bn_sums_case(std::int64_t n, std::int64_t C, std::int64_t h, std::int64_t w, bool training, std::mt19937_64& rng) {
   INFO("n ", n, " C ", C, " h ", h, " w ", w, std::string(training ? " training" : " evaluation"),
        std::string(sizeof(T) == 4 ? " float" : " double"));
@@ -226,52 +226,132 @@ template <class T> void bn_sums_case(std::int64_t n, std::int64_t C, std::int64_
   tensor h_dg = tensor::zeros({C}, braid::dtype_of_v<T>), h_db = tensor::zeros({C}, braid::dtype_of_v<T>), h_coef({3 * C}, braid::dtype_of_v<T>);
   ops::for_each_host(C, ops::bn_grad_sums<T>{dy.data<T>(), xhat.data<T>(), gamma.data<T>(), h_is.data<T>(), n, C, hw, h_dg.data<T>(),
                                              h_db.data<T>(), h_coef.data<T>()});
-  // Device.
+  // Device: this build's launch shape (fused::bn_stats), then the GPU's (256 threads, a block per
+  // channel and group) and an odd one (64 threads, 3 blocks: each block several groups, grid-stride),
+  // whatever this build's is. The results must not depend on it.
   stream_fixture f;
   const tensor zeros = tensor::zeros({C}, braid::dtype_of_v<T>);
-  dev<T> d_x(x), d_dy(dy), d_gamma(gamma), d_rm(rm), d_rv(rv), d_mu(C), d_is(C), d_xhat(xhat), d_dg(zeros), d_db(zeros), d_coef(3 * C);
-  fused::bn_stats(ops::bn_stats<T>{d_x.p, n, C, hw, 0.1, 1e-5, training, d_rm.p, d_rv.p, d_mu.p, d_is.p}, f.s);
-  fused::bn_grad_sums(ops::bn_grad_sums<T>{d_dy.p, d_xhat.p, d_gamma.p, d_is.p, n, C, hw, d_dg.p, d_db.p, d_coef.p}, f.s);
-  EMU_OK(cudaStreamSynchronize(f.s));
-  CHECK(same(d_mu.host(), h_mu));
-  CHECK(same(d_is.host(), h_is));
-  CHECK(same(d_rm.host(), h_rm));
-  CHECK(same(d_rv.host(), h_rv));
-  CHECK(same(d_dg.host(), h_dg));
-  CHECK(same(d_db.host(), h_db));
-  CHECK(same(d_coef.host(), h_coef));
-  // The GPU's launch shape too (256 threads per block: one partial each), whatever this build's
-  // for the emulator is.
-  dev<T> e_rm(rm), e_rv(rv), e_mu(C), e_is(C), e_dg(zeros), e_db(zeros), e_coef(3 * C);
-  EMU_OK(braid::gpu::launch(fused::detail::bn_stats_kernel<T>, unsigned(C), 256u, 0, f.s,
-                     ops::bn_stats<T>{d_x.p, n, C, hw, 0.1, 1e-5, training, e_rm.p, e_rv.p, e_mu.p, e_is.p}));
-  EMU_OK(braid::gpu::launch(fused::detail::bn_grad_sums_kernel<T>, unsigned(C), 256u, 0, f.s,
-                     ops::bn_grad_sums<T>{d_dy.p, d_xhat.p, d_gamma.p, e_is.p, n, C, hw, e_dg.p, e_db.p, e_coef.p}));
-  EMU_OK(cudaStreamSynchronize(f.s));
-  CHECK(same(e_mu.host(), h_mu));
-  CHECK(same(e_is.host(), h_is));
-  CHECK(same(e_rv.host(), h_rv));
-  CHECK(same(e_dg.host(), h_dg));
-  CHECK(same(e_coef.host(), h_coef));
+  dev<T> d_x(x), d_dy(dy), d_gamma(gamma), d_xhat(xhat);
+  dev<double> scratch(fused::bn_scratch_doubles(C));
+  for (int shape = 0; shape < 3; ++shape) {
+    INFO("launch shape ", shape);
+    dev<T> d_rm(rm), d_rv(rv), d_mu(C), d_is(C), d_dg(zeros), d_db(zeros), d_coef(3 * C);
+    const ops::bn_stats<T> st{d_x.p, n, C, hw, 0.1, 1e-5, training, d_rm.p, d_rv.p, d_mu.p, d_is.p};
+    const ops::bn_grad_sums<T> gs{d_dy.p, d_xhat.p, d_gamma.p, d_is.p, n, C, hw, d_dg.p, d_db.p, d_coef.p};
+    if (shape == 0) {
+      fused::bn_stats(st, scratch.p, f.s);
+      fused::bn_grad_sums(gs, scratch.p, f.s);
+    } else {
+      const unsigned block = shape == 1 ? 256u : 64u;
+      const std::int64_t most = shape == 1 ? 4096 : 3;
+      fused::detail::bn_stats_launch(st, scratch.p, f.s, block, most);
+      fused::detail::bn_grad_sums_launch(gs, scratch.p, f.s, block, most);
+    }
+    EMU_OK(cudaStreamSynchronize(f.s));
+    CHECK(same(d_mu.host(), h_mu));
+    CHECK(same(d_is.host(), h_is));
+    CHECK(same(d_rm.host(), h_rm));
+    CHECK(same(d_rv.host(), h_rv));
+    CHECK(same(d_dg.host(), h_dg));
+    CHECK(same(d_db.host(), h_db));
+    CHECK(same(d_coef.host(), h_coef));
+  }
 }
 } // namespace
 
-TEST_CASE("batch-norm sums on the device (a block per channel) equal the host's op(c), bit for bit") {
+TEST_CASE("batch-norm sums on the device (a block per channel and group) equal the host's op(c), bit for bit") {
   std::mt19937_64 rng(41);
-  // m = n*h*w below, at, and well above the 256 partials, not multiples of them; 1 element; several channels.
+  // m = n*h*w per channel against the 4096 partials (16 groups of 256): below one group, at one, in
+  // a few groups (the rest empty), at exactly 4096, and above it (each partial several elements:
+  // 4805, 10619, 9800 with hw = 4900 > 4096, 12288 with hw = 64 dividing 4096); 1 element; several
+  // channels.
   for (bool training : {true, false}) {
-    bn_sums_case<float>(2, 3, 5, 7, training, rng);    // m = 70
-    bn_sums_case<float>(4, 2, 8, 8, training, rng);    // m = 256
-    bn_sums_case<float>(3, 5, 13, 11, training, rng);  // m = 429
-    bn_sums_case<double>(8, 4, 14, 14, training, rng); // m = 1568
-    bn_sums_case<double>(1, 2, 1, 1, training, rng);   // m = 1
+    bn_sums_case<float>(2, 3, 5, 7, training, rng);     // m = 70
+    bn_sums_case<float>(4, 2, 8, 8, training, rng);     // m = 256
+    bn_sums_case<float>(3, 5, 13, 11, training, rng);   // m = 429
+    bn_sums_case<double>(8, 4, 14, 14, training, rng);  // m = 1568
+    bn_sums_case<double>(1, 2, 1, 1, training, rng);    // m = 1
+    bn_sums_case<float>(16, 2, 16, 16, training, rng);  // m = 4096
+    bn_sums_case<float>(5, 3, 31, 31, training, rng);   // m = 4805
+    bn_sums_case<double>(7, 2, 37, 41, training, rng);  // m = 10619
+    bn_sums_case<float>(2, 2, 70, 70, training, rng);   // m = 9800, hw > 4096
+    bn_sums_case<double>(192, 2, 8, 8, training, rng);  // m = 12288, hw divides 4096
   }
-  // The order is not the plain running sum: on this data the two differ in some channel (so a
-  // kernel that summed sequentially could not pass the checks above by accident of the data).
+  // The order is not the plain running sum, nor a single block's 256 partials: on this data the sums
+  // differ (so a kernel that summed in another of these orders could not pass the checks above by
+  // accident of the data).
   const tensor x = random_tensor<double>({16, 1, 28, 28}, rng);
   double plain = 0;
-  for (std::int64_t k = 0; k < x.numel(); ++k) plain += x.data<double>()[k];
-  const double tree = ops::channel_sum<double>(x.numel(), ops::bn_stats<double>::value{x.data<double>(), 1, 784, 0});
+  std::vector<double> part256(256);
+  for (std::int64_t k = 0; k < x.numel(); ++k) {
+    plain += x.data<double>()[k];
+    part256[std::size_t(k % 256)] += x.data<double>()[k];
+  }
+  ops::channel_tree(part256.data(), 256);
+  const double tree = ops::channel_sum<double>(ops::make_channel_walk(16, 1, 784), 0, ops::bn_stats<double>::value{x.data<double>()});
   CHECK(tree != plain);
+  CHECK(tree != part256[0]);
   CHECK(std::fabs(tree - plain) <= 1e-9 * std::fabs(plain) + 1e-9);
+}
+
+TEST_CASE("ops::divider gives the quotient of every dividend tried") {
+  std::mt19937_64 rng(43);
+  const std::uint32_t most = 0x7fffffffu;
+  std::vector<std::uint32_t> ds{1, 2, 3, 5, 7, 9, 25, 49, 196, 784, 1000, 4096, 100352, 12845056, 1u << 30, most - 1, most};
+  for (int t = 0; t < 200; ++t) ds.push_back(std::uint32_t(rng() % most) + 1);
+  for (std::uint32_t d : ds) {
+    const ops::divider by = ops::divider::of(d);
+    std::vector<std::uint32_t> ns{0, 1, d - 1, d, most, most - 1};
+    if (d < most) ns.push_back(d + 1);
+    for (std::uint32_t q : {1u, 2u, 3u, 1000u}) {
+      if (std::uint64_t(q) * d <= most) {
+        ns.push_back(q * d);
+        ns.push_back(q * d - 1);
+      }
+    }
+    for (int t = 0; t < 200; ++t) ns.push_back(std::uint32_t(rng() % (std::uint64_t(most) + 1)));
+    for (std::uint32_t n : ns) {
+      if (by.div(n) != n / d) {
+        FAIL_CHECK("divider " << d << ": " << n << " / d = " << n / d << ", got " << by.div(n));
+        break;
+      }
+    }
+  }
+}
+
+TEST_CASE("batched im2col and col2im: the 32-bit path (make) copies and adds what the 64-bit path does, bit for bit") {
+  std::mt19937_64 rng(44);
+  stream_fixture f;
+  struct geo {
+    int n, c, h, w, k, s, pad;
+  };
+  for (const geo& q : {geo{3, 2, 7, 5, 3, 1, 1}, geo{2, 3, 9, 8, 3, 2, 1}, geo{2, 2, 6, 6, 1, 1, 0}, geo{1, 3, 11, 7, 5, 3, 2},
+                       geo{4, 1, 5, 5, 2, 2, 0}, geo{2, 2, 4, 4, 4, 1, 3}}) {
+    INFO("n ", q.n, " c ", q.c, " ", q.h, "x", q.w, " k ", q.k, " s ", q.s, " pad ", q.pad);
+    const ops::conv_shape g = fused::conv_geometry(q.c, q.h, q.w, q.k, q.s, q.pad);
+    const std::int64_t n = q.n, hw = std::int64_t(g.ho) * g.wo, ck = std::int64_t(q.c) * q.k * q.k;
+    const tensor x = random_tensor<float>({n, q.c, q.h, q.w}, rng), col = random_tensor<float>({ck, n * hw}, rng);
+    dev<float> d_x(x), d_col(col), wide_col(ck * n * hw), narrow_col(ck * n * hw), wide_dx(x.numel()), narrow_dx(x.numel());
+    const auto im_fast = ops::im2col_batch<float>::make(d_x.p, narrow_col.p, g, n);
+    const auto col_fast = ops::col2im_batch<float>::make(d_col.p, narrow_dx.p, g, n);
+    CHECK(im_fast.narrow);
+    CHECK(col_fast.narrow);
+    fused::for_each(ck * n * hw, ops::im2col_batch<float>{d_x.p, wide_col.p, g, n}, f.s);
+    fused::for_each(ck * n * hw, im_fast, f.s);
+    fused::for_each(x.numel(), ops::col2im_batch<float>{d_col.p, wide_dx.p, g, n}, f.s);
+    fused::for_each(x.numel(), col_fast, f.s);
+    EMU_OK(cudaStreamSynchronize(f.s));
+    const auto wc = wide_col.host(), nc = narrow_col.host(), wd = wide_dx.host(), nd = narrow_dx.host();
+    CHECK(std::memcmp(wc.data(), nc.data(), wc.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(wd.data(), nd.data(), wd.size() * sizeof(float)) == 0);
+    // And the wide path is the per-image op im2col_at on the last image.
+    const std::int64_t last = n - 1;
+    for (std::int64_t r = 0; r < ck; ++r)
+      for (std::int64_t j = 0; j < hw; ++j)
+        if (wc[std::size_t(r * n * hw + last * hw + j)] != ops::im2col_at(x.data<float>() + last * q.c * q.h * q.w, g, r, int(j))) {
+          FAIL_CHECK("im2col row " << r << " column " << j);
+          r = ck;
+          break;
+        }
+  }
 }
