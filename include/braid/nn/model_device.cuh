@@ -592,8 +592,7 @@ public:
   const T* backward(double scale = 1.0) {
     detail::require_shape(classifier_ && built_, "backward: this model (stage) does not end with the classifier (backward_from)");
     cuda_detail::device_guard guard(ctx_.pool->device());
-    for (std::size_t b = 0; b < pending_.size(); ++b) pending_[b] = 0;
-    for (std::size_t i = 0; i < bucket_of_.size(); ++i) ++pending_[bucket_of_[i]];
+    begin_backward();
     T* g = dlogits_.grow(ctx_, batch_ * classes_);
     softmax_ce_backward(static_cast<const T*>(probs_.get()), labels_, g, batch_, classes_, scale, ctx_.stream);
     return net_.backward(g);
@@ -609,8 +608,7 @@ public:
     detail::require_shape(scaler.stream() == ctx_.stream, "backward: the loss scaler runs on another stream");
     detail::require_shape(classifier_ && built_, "backward: this model (stage) does not end with the classifier");
     cuda_detail::device_guard guard(ctx_.pool->device());
-    for (std::size_t b = 0; b < pending_.size(); ++b) pending_[b] = 0;
-    for (std::size_t i = 0; i < bucket_of_.size(); ++i) ++pending_[bucket_of_[i]];
+    begin_backward();
     T* g = dlogits_.grow(ctx_, batch_ * classes_);
     softmax_ce_backward(static_cast<const T*>(probs_.get()), labels_, g, batch_, classes_, &scaler.device_state()->scale,
                         ctx_.stream);
@@ -623,8 +621,7 @@ public:
   const T* backward_from(const T* dy) {
     require_built("backward_from");
     cuda_detail::device_guard guard(ctx_.pool->device());
-    for (std::size_t b = 0; b < pending_.size(); ++b) pending_[b] = 0;
-    for (std::size_t i = 0; i < bucket_of_.size(); ++i) ++pending_[bucket_of_[i]];
+    begin_backward();
     return net_.backward(dy);
   }
   void zero_grad() {
@@ -647,6 +644,11 @@ public:
   void store(module<T>& host) { transfer(host, false); }
 
 protected:
+  // Every bucket waits for all of its tensors' gradients again (each backward starts here).
+  void begin_backward() {
+    for (std::size_t b = 0; b < pending_.size(); ++b) pending_[b] = 0;
+    for (std::size_t i = 0; i < bucket_of_.size(); ++i) ++pending_[bucket_of_[i]];
+  }
   void param_ready(std::size_t i) {
     const std::size_t b = bucket_of_[i];
     if (--pending_[b] == 0 && on_bucket_) on_bucket_(b);
