@@ -355,3 +355,28 @@ TEST_CASE("batched im2col and col2im: the 32-bit path (make) copies and adds wha
         }
   }
 }
+
+// What decides these kernels' speed on a GPU (bench/results/h200-2026-11-27/8-bn-im2col-ab.txt: the
+// change to the choices below made the ResNet-20 step 2.1x faster on an H200), asserted so that a
+// change cannot lose it unseen: ResNet-20's convolutions on Fashion-MNIST at batch 128 and 512 take
+// the 32-bit path, and the batch-norm sums of its 16, 32 and 64 channels launch a block per channel
+// and group at the GPU's launch shape (not one per channel).
+TEST_CASE("the speed-deciding choices: ResNet-20's convolutions take the 32-bit path, batch norm a block per channel and group") {
+  struct conv {
+    int c, h, k, s, pad;
+  };
+  // The stem, each stage's 3x3 convolutions, the strided ones and the 1x1 shortcuts (nn::resnet).
+  for (const int n : {128, 512})
+    for (const conv& q : {conv{1, 28, 3, 1, 1}, conv{16, 28, 3, 1, 1}, conv{16, 28, 3, 2, 1}, conv{32, 14, 3, 1, 1},
+                          conv{32, 14, 3, 2, 1}, conv{64, 7, 3, 1, 1}, conv{16, 28, 1, 2, 0}, conv{32, 14, 1, 2, 0}}) {
+      INFO("n ", n, " c ", q.c, " ", q.h, "x", q.h, " k ", q.k, " s ", q.s);
+      const ops::conv_shape g = fused::conv_geometry(q.c, q.h, q.h, q.k, q.s, q.pad);
+      CHECK(ops::im2col_batch<float>::make(nullptr, nullptr, g, n).narrow);
+      CHECK(ops::col2im_batch<float>::make(nullptr, nullptr, g, n).narrow);
+    }
+  // The GPU's launch shape (at most 4096 blocks): C * 16 blocks for every channel count of ResNet-20,
+  // so 256 to 1024 blocks over 132 SMs (one per channel gave 16 to 64).
+  for (const std::int64_t C : {16, 32, 64}) CHECK(fused::detail::bn_blocks(C * ops::channel_groups, 4096) == C * ops::channel_groups);
+  CHECK(ops::channel_groups == 16);
+  CHECK(ops::channel_parts == 4096);
+}
