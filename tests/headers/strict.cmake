@@ -1,7 +1,7 @@
 # The strict-warning header check (issue 18), run by CTest as a script so that it can use a compiler other
 # than the one this build was configured with. With the compiler CXX:
 #   1. every public .hpp under INCLUDE/braid (less those matching EXCLUDE), one translation unit each,
-#      compiles with -std=c++20 -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wsign-conversion
+#      included twice, compiles with -std=c++20 -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wsign-conversion
 #      (-Wuseless-cast where USELESS_CAST is set: g++ only) -Werror;
 #   2. so does README.md's example program (the ```cpp block with `int main`), read at test time;
 #   3. each of those headers, compiled as C++17, fails with braid's one sentence ("braid needs C++20: ...")
@@ -45,7 +45,7 @@ file(MAKE_DIRECTORY "${WORK}")
 foreach(h IN LISTS headers)
   string(REPLACE "/" "_" stem "${h}")
   set(tu "${WORK}/${stem}.cpp")
-  file(WRITE "${tu}" "#include <${h}>\n")
+  file(WRITE "${tu}" "#include <${h}>\n#include <${h}>\n") # alone, and a second include is harmless
   execute_process(COMMAND "${CXX}" -std=c++20 ${warn} -fsyntax-only ${inc} "${tu}"
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
   if(NOT rc EQUAL 0)
