@@ -16,6 +16,15 @@
 # braid's and MPI's time and busbw, and the median of the per-pass ratios MPI/braid (> 1: braid is
 # faster) with their range. bench/plot-vs-mpi.py draws the log.
 #
+# The floor (issue 15): at the start of every pass, braid-micro's memcpy of 64 MiB runs on every CPU at
+# once (taskset, one copy per CPU); the per-CPU rate is the mean of their rates (bytes read + written
+# per second). For quiet2 the log then gives, from 1 MiB up, the floor of the tuning table's
+# algorithm there (two_shot, staged input): each rank moves (5 - 2/n) x size bytes (copies the chunks
+# peers read into its staging, (n-1)/n x size each way; reduces its own chunk from n inputs into its
+# output and its window, size read and 2/n x size written; copies the other n-1 reduced chunks into
+# its output, (n-1)/n x size each way), all ranks at once, one per CPU; floor = those bytes / the
+# per-CPU rate of the same pass, and braid/floor is the median over passes of braid's time over it.
+#
 # Environment: SETTINGS ("quiet2 hog2 four"), PASSES (3), MIN (4), MAX (64M), FACTOR (4), ITERS (20),
 # WARMUP (5), HOG_NICE (19: the issue's measurement was beside a nice'd compile; 0 for an equal job),
 # MPIRUN_ARGS (extra mpirun flags; --oversubscribe is always passed, --allow-run-as-root as root),
@@ -26,6 +35,7 @@ set -euo pipefail
 build=${1:-build}
 bench="$build/bench/braid-bench"
 mpi="$build/bench/braid-mpi-allreduce"
+micro="$build/bench/braid-micro"
 SETTINGS=${SETTINGS:-"quiet2 hog2 four"}
 PASSES=${PASSES:-3}
 HOG_NICE=${HOG_NICE:-19}
@@ -35,9 +45,9 @@ FACTOR=${FACTOR:-4}
 ITERS=${ITERS:-20}
 WARMUP=${WARMUP:-5}
 
-for exe in "$bench" "$mpi"; do
+for exe in "$bench" "$mpi" "$micro"; do
   if [[ ! -x "$exe" ]]; then
-    echo "vs-mpi.sh: $exe not found; build it first (braid-mpi-allreduce needs MPI at configure time)" >&2
+    echo "vs-mpi.sh: $exe not found; build it first (braid-mpi-allreduce needs MPI at configure time, braid-micro Google Benchmark)" >&2
     exit 2
   fi
 done
@@ -84,8 +94,23 @@ start_hog() {
   sleep 0.2
 }
 
+# memcpy of 64 MiB on every CPU at once: one rate per CPU (bytes read + written per second) to $1.
+memcpy_rates() {
+  local cpu pids=()
+  for ((cpu = 0; cpu < $(nproc); cpu++)); do
+    taskset -c "$cpu" "$micro" --benchmark_filter='^memcpy/67108864$' --benchmark_min_time=1s \
+      --benchmark_format=csv >"$tmp/memcpy-$cpu.csv" 2>/dev/null &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  for ((cpu = 0; cpu < $(nproc); cpu++)); do
+    awk -F, '/^"memcpy\/67108864"/ {print $6}' "$tmp/memcpy-$cpu.csv"
+  done >"$1"
+}
+
 status=0
 for ((p = 1; p <= PASSES; p++)); do
+  memcpy_rates "$tmp/memcpy-pass-$p.txt"
   for setting in $SETTINGS; do
     case $setting in
       quiet2) n=2 ;;
@@ -113,11 +138,24 @@ done
 python3 - "$tmp" "$PASSES" "$HOG_NICE" $SETTINGS <<'PY' || status=1
 import csv, os, statistics as st, sys
 tmp, passes, hog_nice, settings = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+rate = {}  # pass -> mean per-CPU memcpy rate (bytes/s, read + written) with every CPU copying
+for p in range(1, passes + 1):
+    try:
+        v = [float(x) for x in open(f"{tmp}/memcpy-pass-{p}.txt").read().split()]
+    except (OSError, ValueError):
+        v = []
+    if v:
+        rate[p] = sum(v) / len(v)
+print("#")
+print("# memcpy of 64 MiB on every CPU at once (braid-micro), per CPU, GB/s read + written, by pass: "
+      + ", ".join(f"{rate[p] / 1e9:.2f}" for p in sorted(rate)))
 what = {"quiet2": "2 processes, nothing else started",
         "hog2": f"2 processes beside a busy loop pinned to the last CPU (nice {hog_nice})",
         "four": "4 processes"}
 for s in settings:
     rows = {}  # size -> list of (braid_t, braid_busbw, mpi_t, mpi_busbw, wrong)
+    floors = {}  # size -> list of (floor_us, braid_t / floor_us), quiet2 from 1 MiB up
+    n = 4 if s == "four" else 2
     for p in range(1, passes + 1):
         fb, fm = f"{tmp}/{s}-{p}-braid.csv", f"{tmp}/{s}-{p}-mpi.csv"
         if not (os.path.exists(fb) and os.path.exists(fm)): continue
@@ -127,6 +165,9 @@ for s in settings:
             if z in b:
                 rows.setdefault(z, []).append((float(b[z]["time_us"]), float(b[z]["busbw"]), float(r["time_us"]),
                                                float(r["busbw"]), int(b[z]["wrong"]) + int(r["wrong"])))
+                if s == "quiet2" and z >= 1 << 20 and p in rate and b[z]["algorithm"] in ("auto", "two_shot"):
+                    fl = (5 - 2 / n) * z / rate[p] * 1e6
+                    floors.setdefault(z, []).append((fl, float(b[z]["time_us"]) / fl))
     print("#")
     print(f"# setting {s}: {what[s]}")
     print(f"# {'size (B)':>10}  {'braid (us)':>11}  {'MPI (us)':>11}  {'MPI/braid':>9}  {'range':>11}  {'braid busbw':>11}  {'MPI busbw':>10}  passes")
@@ -137,5 +178,12 @@ for s in settings:
         print(f"{z:12d}  {st.median(x[0] for x in v):11.2f}  {st.median(x[2] for x in v):11.2f}  {st.median(r):9.2f}"
               f"  {min(r):5.2f}-{max(r):<5.2f}  {st.median(x[1] for x in v):11.3f}  {st.median(x[3] for x in v):10.3f}  {len(v)}"
               + (f"  (wrong values: {wrong})" if wrong else ""))
+    if floors:
+        print(f"# {s}, the floor (two_shot's bytes per rank / the same pass's per-CPU memcpy rate):")
+        print(f"# {'size (B)':>10}  {'floor (us)':>11}  {'braid/floor':>11}  {'range':>11}")
+        for z in sorted(floors):
+            f = floors[z]
+            print(f"{z:12d}  {st.median(x[0] for x in f):11.1f}  {st.median(x[1] for x in f):11.2f}"
+                  f"  {min(x[1] for x in f):5.2f}-{max(x[1] for x in f):<5.2f}")
 PY
 exit $status
