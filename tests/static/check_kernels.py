@@ -181,7 +181,7 @@ def sass_functions(tools, obj, tmp):
     cubins = sorted(f for f in os.listdir(tmp) if f.endswith(".cubin") and "sm_90" in f)
     if not cubins:
         raise RuntimeError(f"{obj}: no sm_90 cubin inside")
-    funcs = {}
+    funcs, basenames = {}, {}
     for c in cubins:
         text = run([os.path.join(tools, "nvdisasm"), "-c", "-gi", os.path.join(tmp, c)])
         os.remove(os.path.join(tmp, c))
@@ -195,9 +195,10 @@ def sass_functions(tools, obj, tmp):
             if cur is None:
                 continue
             if line.lstrip().startswith("//##"):
-                f = SASS_FILE.search(line)
-                if f:
-                    pending.append(os.path.basename(f.group(1)))
+                if not pending:  # only the first line-info comment before an instruction counts
+                    f = SASS_FILE.search(line)
+                    if f:
+                        pending.append(basenames.setdefault(f.group(1), os.path.basename(f.group(1))))
                 continue
             m = SASS_LABEL.match(line)
             if m:
@@ -311,10 +312,6 @@ def ptx_entries(tools, obj):
     return entries
 
 
-def ptx_matches(op, alt):
-    return alt <= set(op.split("."))
-
-
 # ---- main ---------------------------------------------------------------------------------------------
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -425,15 +422,21 @@ def main():
                 if ops is None:
                     fails.append("no PTX found")
                     ops = []
+                # Each distinct instruction once (a kernel has tens of thousands, a few hundred distinct).
+                distinct = {}
+                for o in ops:
+                    distinct[o] = distinct.get(o, 0) + 1
+                parts_of = {o: set(o.split(".")) for o in distinct}
                 for kern, kind, alts, why in PTX_RULES:
                     if not re.search(kern, short_name(dm)):
                         continue
-                    hits = [o for o in ops if any(ptx_matches(o, a) for a in alts)]
+                    hits = [o for o in distinct if any(a <= parts_of[o] for a in alts)]
                     if kind == "require" and not hits:
                         fails.append(f"PTX: no {' or '.join('.'.join(sorted(a)) for a in alts)} ({why})")
                     if kind == "forbid" and hits:
-                        fails.append(f"PTX: {len(hits)} x {hits[0]} ({why})")
-                relaxed = sum(1 for o in ops if ptx_matches(o, PTX_RELAXED))
+                        first = min(hits, key=ops.index)
+                        fails.append(f"PTX: {sum(distinct[o] for o in hits)} x {first} ({why})")
+                relaxed = sum(c for o, c in distinct.items() if PTX_RELAXED <= parts_of[o])
                 if loops and not in_flight:
                     fails.append("no iteration loop (a hot loop with a 128-bit store)")
                 rows.append((name, r.get("REG", -1), r.get("STACK", -1), r.get("LOCAL", -1), want, len(loops),
