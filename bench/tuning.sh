@@ -14,14 +14,14 @@
 # time (us), the fastest algorithm, how many passes it won, and auto/best: the table's choice against
 # the fastest (1.00: the table picks the fastest; > 1: it loses that much).
 #
-# Environment: SETTINGS ("procs2 procs4 threads2": 2 processes, 4 processes, 2 thread ranks; braid-bench
+# Environment: SETTINGS ("procs2 procs4 threads2 threads4": 2 or 4 processes, 2 or 4 thread ranks; braid-bench
 # binds processes to CPUs when every rank can have one), COLLECTIVES (all five reducing and moving
 # collectives), PASSES (3), MIN (64), MAX (64M), FACTOR (4), ITERS (20), WARMUP (5).
 set -euo pipefail
 
 build=${1:-build}
 bench="$build/bench/braid-bench"
-SETTINGS=${SETTINGS:-"procs2 procs4 threads2"}
+SETTINGS=${SETTINGS:-"procs2 procs4 threads2 threads4"}
 COLLECTIVES=${COLLECTIVES:-"all_reduce reduce_scatter all_gather broadcast reduce"}
 PASSES=${PASSES:-3}
 MIN=${MIN:-64}
@@ -68,7 +68,8 @@ for ((p = 1; p <= PASSES; p++)); do
       procs2) args=(--backend procs -np 2) ;;
       procs4) args=(--backend procs -np 4) ;;
       threads2) args=(--backend threads -np 2) ;;
-      *) echo "tuning.sh: unknown setting '$setting' (procs2, procs4, threads2)" >&2; exit 2 ;;
+      threads4) args=(--backend threads -np 4) ;;
+      *) echo "tuning.sh: unknown setting '$setting' (procs2, procs4, threads2, threads4)" >&2; exit 2 ;;
     esac
     for c in $COLLECTIVES; do
       read -r -a list <<<"$(algos_of "$c")"
@@ -89,7 +90,8 @@ done
 python3 - "$tmp" "$PASSES" "$SETTINGS" "$COLLECTIVES" <<'PY' || status=1
 import csv, glob, os, statistics as st, sys
 tmp, passes, settings, colls = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
-what = {"procs2": "2 processes", "procs4": "4 processes", "threads2": "2 thread ranks"}
+raw = []
+what = {"procs2": "2 processes", "procs4": "4 processes", "threads2": "2 thread ranks", "threads4": "4 thread ranks"}
 for s in settings:
     for c in colls:
         t = {}  # (size, algo) -> [time per pass]
@@ -111,6 +113,7 @@ for s in settings:
                 w = min(v)[1]
                 wins.setdefault(z, {}).setdefault(w, 0)
                 wins[z][w] += 1
+        raw.append((s, c, t))
         algos = sorted({a for _, a in t if a != "auto"})
         print("#")
         print(f"# setting {s} ({what[s]}), {c}" + (f"  (wrong values: {wrong})" if wrong else ""))
@@ -124,5 +127,10 @@ for s in settings:
             won = wins.get(z, {}).get(best, 0)
             print(f"{z:12d}" + "".join(f"  {med[a]:16.2f}" if a in med else f"  {'-':>16}" for a in algos)
                   + f"  {auto:10.2f}  {best:>16}  {won}/{len(t[(z, best)])}  {auto / med[best]:9.2f}")
+print("#")
+print("# raw: setting collective algorithm, then per size 'size:time per pass (us)'")
+for s, c, t in raw:
+    for a in sorted({a for _, a in t}):
+        print(f"{s} {c} {a} " + " ".join(f"{z}:" + ",".join(f"{x:.2f}" for x in t[(z, a)]) for z in sorted({z for z, b in t if b == a})))
 PY
 exit $status

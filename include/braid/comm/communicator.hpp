@@ -171,7 +171,8 @@ public:
     if (requested != algo::automatic) return requested;
     const algo env = static_cast<int>(c) < 5 ? p.opts.algorithm[static_cast<int>(c)] : algo::automatic;
     if (env != algo::automatic && supports(env, c)) return env;
-    return choose_algorithm(host_tuning, c, p.cx.nranks, bytes);
+    return choose_algorithm(host_tuning, c, p.cx.nranks, bytes,
+                            p.cx.mode == host::rank_mode::threads ? thread_ranks : process_ranks);
   }
 
   // ---- collectives: pointer forms ------------------------------------------------------------------

@@ -1,6 +1,6 @@
 // braid/comm/tuning.hpp — which algorithm a collective uses when the caller does not say: data, not
-// code. The first rule that matches (collective, rank count, message bytes) wins. Each rule carries
-// the measurement that justified it; docs/benchmarks.md has the full tables.
+// code. The first rule that matches (collective, rank count, message bytes, kind of ranks) wins. Each
+// rule carries the measurement that justified it; docs/benchmarks.md has the full tables.
 #pragma once
 
 #include <cstdint>
@@ -9,35 +9,72 @@
 
 namespace braid {
 
+// Which ranks a rule is for: the host backend's ranks are threads of one process (their inputs are
+// read in place from 256 KiB up, options::zero_copy_min_bytes) or processes (inputs staged unless
+// registered), and the two favour different algorithms. Every rank of a communicator is of one kind,
+// so every rank picks the same algorithm. The CUDA tables leave it at both.
+enum tuning_ranks : std::uint8_t { thread_ranks = 1, process_ranks = 2, any_ranks = 3 };
+
 struct tuning_rule {
   collective coll;
   int min_ranks, max_ranks;
   std::uint64_t max_bytes; // message bytes (per rank input) up to and including
   algo choice;
   const char* evidence;
+  std::uint8_t ranks = any_ranks; // tuning_ranks this rule is for
 };
 
-// Host backend (threads and processes). Figures: braid-bench, 2 processes, float, 2-vCPU Xeon,
-// 2026-11-21 (docs/benchmarks.md, "all_reduce by algorithm"). Rules for more ranks than measured
-// follow the same reasoning and are not yet measured.
+// Host backend (threads and processes). Measured by bench/tuning.sh, 2026-11-27, on the 2-vCPU AMD EPYC
+// VM: bench/results/tuning-2026-11-27-before-cpu.txt (the table before these rules, beside every
+// algorithm; float sum; medians of 3 passes of 20 calls) and tuning-2026-11-27-cpu.txt (these rules).
+// 2 and 4 ranks were measured, 4 on the 2 CPUs; rules for 5-16 ranks follow the 4-rank figures, for
+// 17 and more they are reasoning only. A choice changed only where another algorithm was at least
+// about 1.25x faster at that size and the neighbouring ones; the figures are in the evidence.
 inline constexpr tuning_rule host_tuning[] = {
-    {collective::all_reduce, 2, 64, std::uint64_t{32} << 10, algo::one_shot,
-     "16 KiB: one_shot 4.0 us, two_shot 4.1 us, ring 3.6 us; one synchronisation, reads stay in cache"},
+    {collective::all_reduce, 2, 2, std::uint64_t{256} << 10, algo::one_shot,
+     "one_shot against two_shot: 2 processes 64 KiB 14.4 vs 23.6 us, 256 KiB 35.4 vs 41.8; 2 threads 64 KiB "
+     "10.1 vs 14.2, 256 KiB 9.2 vs 32.9 (read in place)"},
+    {collective::all_reduce, 3, 64, std::uint64_t{4} << 10, algo::one_shot,
+     "4 processes: one_shot fastest to 4 KiB (9.9 us, two_shot 10.1), 16 KiB 22.2 vs 14.9; 4 threads: fastest "
+     "to 1 KiB, 16 KiB 30.2 vs 21.2"},
     {collective::all_reduce, 2, 16, ~std::uint64_t{0}, algo::two_shot,
-     "256 KiB: one_shot 65 us, two_shot 48 us; 4 MiB: 1617 vs 1457 us (ring 1403 us at 2 ranks)"},
-    {collective::all_reduce, 17, 64, ~std::uint64_t{0}, algo::ring, "unmeasured: two_shot's fan-in of n sources grows with n"},
-    {collective::reduce_scatter, 2, 16, ~std::uint64_t{0}, algo::direct, "unmeasured: one step"},
-    {collective::reduce_scatter, 17, 64, ~std::uint64_t{0}, algo::ring, "unmeasured: fan-in bounded at 2"},
-    {collective::all_gather, 2, 16, ~std::uint64_t{0}, algo::direct, "unmeasured: one step per block, no forwarding"},
-    {collective::all_gather, 17, 64, ~std::uint64_t{0}, algo::ring, "unmeasured: fan-in bounded"},
-    {collective::broadcast, 2, 64, ~std::uint64_t{0}, algo::direct, "unmeasured: every rank reads the root once"},
-    {collective::reduce, 2, 64, ~std::uint64_t{0}, algo::direct, "unmeasured: the root reads every input once"},
+     "4 processes: two_shot fastest from 16 KiB to 64 MiB (31.5 ms, ring 38.3, one_shot 69.4); at 2 ranks "
+     "from 1 MiB within noise of ring and tree"},
+    {collective::all_reduce, 17, 64, ~std::uint64_t{0}, algo::ring, "not measured: two_shot's fan-in of n sources grows with n"},
+    {collective::reduce_scatter, 2, 2, std::uint64_t{16} << 10, algo::direct, "2 processes and threads: within noise of the fastest to 16 KiB"},
+    {collective::reduce_scatter, 2, 2, ~std::uint64_t{0}, algo::halving_doubling,
+     "2 processes: halving_doubling against direct 64 KiB 5.0 vs 6.8 us, 4 MiB 148 vs 215, 16 MiB 1.59 vs 2.43 ms (each won 3 of 3 passes)",
+     process_ranks},
+    {collective::reduce_scatter, 3, 16, std::uint64_t{16} << 10, algo::direct, "4 processes and threads: within noise of the fastest to 16 KiB"},
+    {collective::reduce_scatter, 3, 16, ~std::uint64_t{0}, algo::ring,
+     "4 processes: ring against direct 64 KiB 19.5 vs 26.6 us, 1 MiB 126 vs 192, 64 MiB 14.0 vs 29.4 ms", process_ranks},
+    {collective::reduce_scatter, 2, 16, ~std::uint64_t{0}, algo::direct,
+     "threads (inputs read in place from 256 KiB): direct ahead at 16 and 64 MiB with 2 ranks (0.95 vs 1.21 ms, "
+     "6.1 vs 7.6 ms, 3 of 3 passes), within 1.4x of the fastest everywhere with 4", thread_ranks},
+    {collective::reduce_scatter, 17, 64, ~std::uint64_t{0}, algo::ring, "not measured: fan-in bounded at 2"},
+    {collective::all_gather, 2, 16, ~std::uint64_t{0}, algo::direct,
+     "fastest or within noise of it at 2 and 4 ranks, threads and processes, 64 B to 64 MiB"},
+    {collective::all_gather, 17, 64, ~std::uint64_t{0}, algo::ring, "not measured: fan-in bounded"},
+    {collective::broadcast, 2, 2, std::uint64_t{1} << 20, algo::direct, "2 ranks: within noise of the fastest to 1 MiB"},
+    {collective::broadcast, 2, 2, ~std::uint64_t{0}, algo::ring,
+     "2 ranks: ring against direct 4 MiB 262 vs 352 us (processes) and 95 vs 112 (threads), 64 MiB 10.5 vs 13.4 ms and 8.7 vs 10.1"},
+    {collective::broadcast, 3, 64, ~std::uint64_t{0}, algo::direct,
+     "4 processes and threads: direct fastest at most sizes, ring 1.3-4x slower; above 4 ranks not measured"},
+    {collective::reduce, 2, 2, ~std::uint64_t{0}, algo::direct,
+     "2 ranks: within noise of the fastest (threads: ahead at 16 and 64 MiB, 3 of 3 passes)"},
+    {collective::reduce, 3, 64, std::uint64_t{16} << 10, algo::direct, "4 processes and threads: within noise of the fastest to 16 KiB"},
+    {collective::reduce, 3, 64, ~std::uint64_t{0}, algo::ring,
+     "4 ranks: ring against direct 256 KiB 53 vs 77 us (processes), 63 vs 77 (threads); 1 MiB 151 vs 269 and "
+     "167 vs 301; 64 MiB 17.7 vs 30.8 ms and 18.2 vs 21.2; above 4 ranks not measured"},
 };
 
+// `ranks`: the kind of ranks calling (tuning_ranks); a rule applies when it is for that kind.
 template <std::size_t N>
-constexpr algo choose_algorithm(const tuning_rule (&table)[N], collective c, int nranks, std::uint64_t bytes) {
+constexpr algo choose_algorithm(const tuning_rule (&table)[N], collective c, int nranks, std::uint64_t bytes,
+                                std::uint8_t ranks = any_ranks) {
   for (const auto& r : table)
-    if (r.coll == c && nranks >= r.min_ranks && nranks <= r.max_ranks && bytes <= r.max_bytes) return r.choice;
+    if (r.coll == c && nranks >= r.min_ranks && nranks <= r.max_ranks && bytes <= r.max_bytes && (r.ranks & ranks) != 0)
+      return r.choice;
   return c == collective::all_reduce || c == collective::reduce_scatter || c == collective::all_gather ? algo::ring
                                                                                                      : algo::tree;
 }

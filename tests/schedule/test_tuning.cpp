@@ -1,0 +1,82 @@
+// tests/schedule/test_tuning.cpp — the host tuning table (comm/tuning.hpp, issue 15 item 5): every
+// choice it can make is an algorithm that implements its collective (an unsupported one would run as
+// ring, silently), every rule says what justified it, and the choices bench/results/tuning-2026-11-27-*
+// measured are the ones it makes.
+#include <doctest/doctest.h>
+
+#include <braid/comm/tuning.hpp>
+
+#include <cstdint>
+#include <cstring>
+
+namespace {
+
+using braid::algo;
+using braid::collective;
+using u64 = std::uint64_t;
+
+constexpr collective all_colls[] = {collective::all_reduce, collective::reduce_scatter, collective::all_gather,
+                                    collective::broadcast, collective::reduce};
+constexpr std::uint8_t kinds[] = {braid::thread_ranks, braid::process_ranks};
+
+algo pick(collective c, int n, u64 bytes, std::uint8_t kind) {
+  return braid::choose_algorithm(braid::host_tuning, c, n, bytes, kind);
+}
+
+} // namespace
+
+TEST_CASE("host tuning: every rule names its evidence and every choice implements its collective") {
+  for (const auto& r : braid::host_tuning) {
+    CHECK(r.evidence != nullptr);
+    CHECK(std::strlen(r.evidence) > 10);
+    CHECK(braid::supports(r.choice, r.coll));
+    CHECK(r.min_ranks <= r.max_ranks);
+    CHECK(r.ranks != 0);
+  }
+  long cases = 0;
+  for (collective c : all_colls)
+    for (std::uint8_t k : kinds)
+      for (int n = 2; n <= 64; ++n)
+        for (u64 b = 1; b <= (u64{1} << 30); b *= 2) {
+          ++cases;
+          const algo a = pick(c, n, b, k);
+          if (!braid::supports(a, c)) FAIL_CHECK(name(c) << " n=" << n << " " << b << " B: " << name(a));
+          // Both kinds of ranks, and every size, are covered by a rule: nothing falls through to the default.
+          bool matched = false;
+          for (const auto& r : braid::host_tuning)
+            matched = matched || (r.coll == c && n >= r.min_ranks && n <= r.max_ranks && b <= r.max_bytes && (r.ranks & k));
+          if (!matched) FAIL_CHECK(name(c) << " n=" << n << " " << b << " B: no rule");
+        }
+  CHECK(cases == 5 * 2 * 63 * 31);
+}
+
+TEST_CASE("host tuning: the measured choices (bench/results/tuning-2026-11-27-before-cpu.txt)") {
+  constexpr auto T = braid::thread_ranks;
+  constexpr auto P = braid::process_ranks;
+  // all_reduce: one_shot to 256 KiB at 2 ranks (64 KiB was two_shot at 23.6 us against one_shot's 14.4,
+  // slower than MPI_Allreduce's 17.8), to 4 KiB at 3 and more; two_shot above.
+  for (auto k : {T, P}) {
+    CHECK(pick(collective::all_reduce, 2, 64 << 10, k) == algo::one_shot);
+    CHECK(pick(collective::all_reduce, 2, 256 << 10, k) == algo::one_shot);
+    CHECK(pick(collective::all_reduce, 2, (256 << 10) + 4, k) == algo::two_shot);
+    CHECK(pick(collective::all_reduce, 4, 4 << 10, k) == algo::one_shot);
+    CHECK(pick(collective::all_reduce, 4, 16 << 10, k) == algo::two_shot);
+    CHECK(pick(collective::all_reduce, 17, 16 << 10, k) == algo::ring);
+  }
+  // reduce_scatter: processes halving_doubling (2 ranks) or ring (3-16) above 16 KiB; threads direct.
+  CHECK(pick(collective::reduce_scatter, 2, 16 << 10, P) == algo::direct);
+  CHECK(pick(collective::reduce_scatter, 2, 64 << 10, P) == algo::halving_doubling);
+  CHECK(pick(collective::reduce_scatter, 2, 64 << 10, T) == algo::direct);
+  CHECK(pick(collective::reduce_scatter, 4, 64 << 10, P) == algo::ring);
+  CHECK(pick(collective::reduce_scatter, 4, 64 << 20, T) == algo::direct);
+  // broadcast: ring above 1 MiB at 2 ranks only; reduce: ring above 16 KiB from 3 ranks.
+  for (auto k : {T, P}) {
+    CHECK(pick(collective::broadcast, 2, 1 << 20, k) == algo::direct);
+    CHECK(pick(collective::broadcast, 2, 4 << 20, k) == algo::ring);
+    CHECK(pick(collective::broadcast, 4, 4 << 20, k) == algo::direct);
+    CHECK(pick(collective::reduce, 2, 64 << 20, k) == algo::direct);
+    CHECK(pick(collective::reduce, 4, 16 << 10, k) == algo::direct);
+    CHECK(pick(collective::reduce, 4, 64 << 10, k) == algo::ring);
+    CHECK(pick(collective::all_gather, 4, 64 << 20, k) == algo::direct);
+  }
+}
