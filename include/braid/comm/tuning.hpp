@@ -59,7 +59,7 @@ inline constexpr tuning_rule host_tuning[] = {
     {collective::broadcast, 2, 2, ~std::uint64_t{0}, algo::ring,
      "2 ranks: ring against direct 4 MiB 262 vs 352 us (processes) and 95 vs 112 (threads), 64 MiB 10.5 vs 13.4 ms and 8.7 vs 10.1"},
     {collective::broadcast, 3, 64, ~std::uint64_t{0}, algo::direct,
-     "4 processes and threads: direct fastest at most sizes, ring 1.3-4x slower; above 4 ranks not measured"},
+     "4 processes and threads: direct fastest at most sizes, ring 1.2-4.3x slower; above 4 ranks not measured"},
     {collective::reduce, 2, 2, ~std::uint64_t{0}, algo::direct,
      "2 ranks: within noise of the fastest (threads: ahead at 16 and 64 MiB, 3 of 3 passes)"},
     {collective::reduce, 3, 64, std::uint64_t{16} << 10, algo::direct, "4 processes and threads: within noise of the fastest to 16 KiB"},
