@@ -63,12 +63,17 @@ TEST_CASE("host tuning: the measured choices (bench/results/tuning-2026-11-27-be
     CHECK(pick(collective::all_reduce, 4, 16 << 10, k) == algo::two_shot);
     CHECK(pick(collective::all_reduce, 17, 16 << 10, k) == algo::ring);
   }
-  // reduce_scatter: processes halving_doubling (2 ranks) or ring (3-16) above 16 KiB; threads direct.
+  // reduce_scatter: at 2 ranks halving_doubling above 16 KiB for processes, direct for threads; from 3
+  // ranks halving_doubling above 4 KiB.
   CHECK(pick(collective::reduce_scatter, 2, 16 << 10, P) == algo::direct);
   CHECK(pick(collective::reduce_scatter, 2, 64 << 10, P) == algo::halving_doubling);
   CHECK(pick(collective::reduce_scatter, 2, 64 << 10, T) == algo::direct);
-  CHECK(pick(collective::reduce_scatter, 4, 64 << 10, P) == algo::ring);
-  CHECK(pick(collective::reduce_scatter, 4, 64 << 20, T) == algo::direct);
+  for (auto k : {T, P}) {
+    CHECK(pick(collective::reduce_scatter, 4, 4 << 10, k) == algo::direct);
+    CHECK(pick(collective::reduce_scatter, 4, 16 << 10, k) == algo::halving_doubling);
+    CHECK(pick(collective::reduce_scatter, 16, 64 << 20, k) == algo::halving_doubling);
+    CHECK(pick(collective::reduce_scatter, 17, 64 << 20, k) == algo::ring);
+  }
   // broadcast: ring above 1 MiB at 2 ranks only; reduce: ring above 16 KiB from 3 ranks.
   for (auto k : {T, P}) {
     CHECK(pick(collective::broadcast, 2, 1 << 20, k) == algo::direct);

@@ -45,12 +45,15 @@ inline constexpr tuning_rule host_tuning[] = {
     {collective::reduce_scatter, 2, 2, ~std::uint64_t{0}, algo::halving_doubling,
      "2 processes: halving_doubling against direct 64 KiB 5.0 vs 6.8 us, 4 MiB 148 vs 215, 16 MiB 1.59 vs 2.43 ms (each won 3 of 3 passes)",
      process_ranks},
-    {collective::reduce_scatter, 3, 16, std::uint64_t{16} << 10, algo::direct, "4 processes and threads: within noise of the fastest to 16 KiB"},
-    {collective::reduce_scatter, 3, 16, ~std::uint64_t{0}, algo::ring,
-     "4 processes: ring against direct 64 KiB 19.5 vs 26.6 us, 1 MiB 126 vs 192, 64 MiB 14.0 vs 29.4 ms", process_ranks},
-    {collective::reduce_scatter, 2, 16, ~std::uint64_t{0}, algo::direct,
-     "threads (inputs read in place from 256 KiB): direct ahead at 16 and 64 MiB with 2 ranks (0.95 vs 1.21 ms, "
-     "6.1 vs 7.6 ms, 3 of 3 passes), within 1.4x of the fastest everywhere with 4", thread_ranks},
+    {collective::reduce_scatter, 2, 2, ~std::uint64_t{0}, algo::direct,
+     "2 threads (inputs read in place from 256 KiB): direct ahead at 16 and 64 MiB (0.95 vs 1.21 ms, 6.1 vs 7.6 ms, 3 of 3 passes)",
+     thread_ranks},
+    {collective::reduce_scatter, 3, 16, std::uint64_t{4} << 10, algo::direct,
+     "4 threads: direct 3.8-4.2 us to 4 KiB, halving_doubling about 10; 4 processes within noise to 1 KiB"},
+    {collective::reduce_scatter, 3, 16, ~std::uint64_t{0}, algo::halving_doubling,
+     "4 processes: halving_doubling against direct 16 KiB 7.9 vs 10.6 us, 1 MiB 164 vs 192, 64 MiB 17.4 vs 29.4 ms; "
+     "ring was faster in one run (1 MiB 126 us) and 3.4x slower in the next (425 us, halving_doubling 126, "
+     "tuning-2026-11-27-cpu.txt); 4 threads: halving_doubling ahead or even from 16 KiB in both runs"},
     {collective::reduce_scatter, 17, 64, ~std::uint64_t{0}, algo::ring, "not measured: fan-in bounded at 2"},
     {collective::all_gather, 2, 16, ~std::uint64_t{0}, algo::direct,
      "fastest or within noise of it at 2 and 4 ranks, threads and processes, 64 B to 64 MiB"},
