@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """bench/plot-vs-mpi.py — draws a bench/vs-mpi.sh log: per setting (one column each), time per call and
-busbw against message size, braid beside MPI_Allreduce, log-log.
+busbw against message size, braid beside MPI_Allreduce, log-log; the floor where the log gives one.
 
     python3 bench/plot-vs-mpi.py LOG [OUT.png]      (default OUT: LOG with .png)
 
@@ -20,13 +20,20 @@ def parse(path):
             title = line[len("# date"):].strip()
         m = re.match(r"# setting (\w+): (.*)", line)
         if m:
-            cur = {"name": m.group(1), "what": m.group(2).strip(), "rows": []}
+            cur = {"name": m.group(1), "what": m.group(2).strip(), "rows": [], "floor": []}
             settings.append(cur)
+            floor = False
+            continue
+        if cur is not None and re.match(r"# \w+, the floor", line):
+            floor = True  # the setting's floor table follows: size, floor (us), braid/floor, range
             continue
         if cur is not None and line.strip() and not line.startswith("#"):
             f = line.split()
-            # size braid_us mpi_us ratio range braid_busbw mpi_busbw passes
-            cur["rows"].append((int(f[0]), float(f[1]), float(f[2]), float(f[5]), float(f[6])))
+            if floor:
+                cur["floor"].append((int(f[0]), float(f[1])))
+            else:
+                # size braid_us mpi_us ratio range braid_busbw mpi_busbw passes
+                cur["rows"].append((int(f[0]), float(f[1]), float(f[2]), float(f[5]), float(f[6])))
     return title, [s for s in settings if s["rows"]]
 
 
@@ -53,6 +60,9 @@ def main():
             nan = float("nan")  # a busbw printed as 0 (below the log's resolution) is left out, not drawn at 0
             ax.plot(size, [r[bi] if r[bi] > 0 else nan for r in s["rows"]], "o-", label="braid")
             ax.plot(size, [r[mi] if r[mi] > 0 else nan for r in s["rows"]], "s--", label="MPI_Allreduce (OpenMPI)")
+            if i == 0 and s["floor"]:
+                ax.plot([f[0] for f in s["floor"]], [f[1] for f in s["floor"]], "k:", marker="x",
+                        label="floor (input + output once, memcpy rate)")
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xticks(size[::2])
