@@ -88,7 +88,7 @@ done
 
 # csv: collective,algorithm,backend,nranks,size,count,type,redop,root,time_us,algbw,busbw,wrong,...
 python3 - "$tmp" "$PASSES" "$SETTINGS" "$COLLECTIVES" <<'PY' || status=1
-import csv, glob, os, statistics as st, sys
+import csv, os, statistics as st, sys
 tmp, passes, settings, colls = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
 raw = []
 what = {"procs2": "2 processes", "procs4": "4 processes", "threads2": "2 thread ranks", "threads4": "4 thread ranks"}

@@ -155,7 +155,7 @@ what = {"quiet2": "2 processes, nothing else started",
         "four": "4 processes"}
 for s in settings:
     rows = {}  # size -> list of (braid_t, braid_busbw, mpi_t, mpi_busbw, wrong)
-    floors = {}  # size -> list of (floor_us, braid_t / floor_us), quiet2 from 1 MiB up
+    floors = {}  # size -> list of (floor_us, braid_t / floor_us), quiet2 from 16 MiB up
     for p in range(1, passes + 1):
         fb, fm = f"{tmp}/{s}-{p}-braid.csv", f"{tmp}/{s}-{p}-mpi.csv"
         if not (os.path.exists(fb) and os.path.exists(fm)): continue

@@ -27,6 +27,7 @@ Usage: check_kernels.py --tools DIR [--source reduce_copy.cuh] [--bound 512] OBJ
 """
 
 import argparse
+import collections
 import os
 import re
 import shutil
@@ -181,7 +182,7 @@ def sass_functions(tools, obj, tmp):
     cubins = sorted(f for f in os.listdir(tmp) if f.endswith(".cubin") and "sm_90" in f)
     if not cubins:
         raise RuntimeError(f"{obj}: no sm_90 cubin inside")
-    funcs, basenames = {}, {}
+    funcs = {}
     for c in cubins:
         text = run([os.path.join(tools, "nvdisasm"), "-c", "-gi", os.path.join(tmp, c)])
         os.remove(os.path.join(tmp, c))
@@ -198,7 +199,7 @@ def sass_functions(tools, obj, tmp):
                 if not pending:  # only the first line-info comment before an instruction counts
                     f = SASS_FILE.search(line)
                     if f:
-                        pending.append(basenames.setdefault(f.group(1), os.path.basename(f.group(1))))
+                        pending.append(os.path.basename(f.group(1)))
                 continue
             m = SASS_LABEL.match(line)
             if m:
@@ -422,10 +423,9 @@ def main():
                 if ops is None:
                     fails.append("no PTX found")
                     ops = []
-                # Each distinct instruction once (a kernel has tens of thousands, a few hundred distinct).
-                distinct = {}
-                for o in ops:
-                    distinct[o] = distinct.get(o, 0) + 1
+                # Each distinct instruction once (a kernel has tens of thousands, a few hundred distinct),
+                # in order of first appearance.
+                distinct = collections.Counter(ops)
                 parts_of = {o: set(o.split(".")) for o in distinct}
                 for kern, kind, alts, why in PTX_RULES:
                     if not re.search(kern, short_name(dm)):
@@ -434,8 +434,7 @@ def main():
                     if kind == "require" and not hits:
                         fails.append(f"PTX: no {' or '.join('.'.join(sorted(a)) for a in alts)} ({why})")
                     if kind == "forbid" and hits:
-                        first = min(hits, key=ops.index)
-                        fails.append(f"PTX: {sum(distinct[o] for o in hits)} x {first} ({why})")
+                        fails.append(f"PTX: {sum(distinct[o] for o in hits)} x {hits[0]} ({why})")
                 relaxed = sum(c for o, c in distinct.items() if PTX_RELAXED <= parts_of[o])
                 if loops and not in_flight:
                     fails.append("no iteration loop (a hot loop with a 128-bit store)")
