@@ -30,7 +30,8 @@ def parse(path):
         if cur is not None and line.strip() and not line.startswith("#"):
             f = line.split()
             if floor:
-                cur["floor"].append((int(f[0]), float(f[1])))
+                # size, floor (us), braid/floor, range[, staged floor (us), braid/staged, range]
+                cur["floor"].append((int(f[0]), float(f[1]), float(f[4]) if len(f) > 4 else None))
             else:
                 # size braid_us mpi_us ratio range braid_busbw mpi_busbw passes
                 cur["rows"].append((int(f[0]), float(f[1]), float(f[2]), float(f[5]), float(f[6])))
@@ -63,6 +64,10 @@ def main():
             if i == 0 and s["floor"]:
                 ax.plot([f[0] for f in s["floor"]], [f[1] for f in s["floor"]], "k:", marker="x",
                         label="floor (input + output once, memcpy rate)")
+                staged = [f for f in s["floor"] if f[2] is not None]
+                if staged:
+                    ax.plot([f[0] for f in staged], [f[2] for f in staged], "k--", marker="+",
+                            label="staged floor (4 x size per rank, memcpy rate)")
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xticks(size[::2])
