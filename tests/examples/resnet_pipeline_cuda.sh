@@ -6,8 +6,14 @@
 #   2. 2 stages on 2 emulated GPUs (fused::pipeline over braid::cuda send/recv) and the unsplit network
 #      on one GPU with its micro-batches in the pipeline's order (--reverse-micro) print the same loss
 #      at every step, to 9 digits (their weights are the same bits: tests/nn/device/test_pipeline_device.cpp);
-#   3. against the unsplit network in the usual order: every step's loss within 1e-4, and the final
-#      test accuracy within 1.5 points (the same number of epochs on the same subset);
+#   3. against the unsplit network in the usual order: the first 3 steps' losses within 1e-6, every
+#      step's within 5e-3, and the final test accuracy within 1.5 points (the same number of epochs
+#      on the same subset). The two sum the micro-batches' gradients in another order: they part at
+#      the rounding level, then drift as any two such runs do, how fast depending on the CPU's BLAS.
+#      Measured: 2.6e-8 over all 16 steps on an AMD EPYC VM (2026-11-27); on a Xeon VM whose CPU
+#      OpenBLAS 0.3.21 does not know (it falls back to its generic Prescott kernels) 9e-8 over 3
+#      steps and 4.1e-4 over 16, and 2.5e-8 over 16 there with OPENBLAS_CORETYPE=Haswell (2026-11-27);
+#      (the bound was 1e-4 over every step until then);
 #   4. against the host pipeline: the first 3 steps' losses within 1e-6, every step's within 5e-3 (the
 #      GEMMs sum in another order, and the host layers run oneDNN: the runs part at the rounding level,
 #      then drift as two such runs do);
@@ -47,10 +53,12 @@ maxdiff() { # a b [steps]
     awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d } END { printf "%.3g", m }'
 }
 d_one=$(maxdiff "$dir/two.out" "$dir/one.out")
+d_one3=$(maxdiff "$dir/two.out" "$dir/one.out" 3)
 d_host=$(maxdiff "$dir/two.out" "$dir/host.out")
 d_host3=$(maxdiff "$dir/two.out" "$dir/host.out" 3)
 awk -v d="$d_host3" 'BEGIN { exit !(d <= 1e-6) }' || fail "CUDA vs host pipeline: the first 3 steps' losses differ by $d_host3"
-awk -v d="$d_one" 'BEGIN { exit !(d <= 1e-4) }' || fail "2 stages vs unsplit in the usual order: a step's loss differs by $d_one"
+awk -v d="$d_one3" 'BEGIN { exit !(d <= 1e-6) }' || fail "2 stages vs unsplit in the usual order: the first 3 steps' losses differ by $d_one3"
+awk -v d="$d_one" 'BEGIN { exit !(d <= 5e-3) }' || fail "2 stages vs unsplit in the usual order: a step's loss differs by $d_one"
 awk -v d="$d_host" 'BEGIN { exit !(d <= 5e-3) }' || fail "CUDA vs host pipeline: a step's loss differs by $d_host"
 acc() { grep '^epoch 2/2' "$1" | sed -E 's/.*test accuracy ([0-9.]+)%.*/\1/'; }
 awk -v a="$(acc "$dir/two.out")" -v b="$(acc "$dir/one.out")" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1.5) }' ||
@@ -59,7 +67,7 @@ awk -v a="$(acc "$dir/two.out")" -v b="$(acc "$dir/one.out")" 'BEGIN { d = a - b
 first=$(losses "$dir/two.out" | head -1)
 last=$(losses "$dir/two.out" | tail -4 | awk '{ s += $1 } END { print s / NR }')
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.05) }' || fail "the loss did not fall: first $first, last 4 steps $last"
-echo "2 stages = unsplit in the pipeline's order = 2 stages on one GPU at all 16 steps (9 digits); vs the usual order: max step-loss difference $d_one;" \
+echo "2 stages = unsplit in the pipeline's order = 2 stages on one GPU at all 16 steps (9 digits); vs the usual order: max step-loss difference $d_one3 over 3 steps, $d_one over 16;" \
      "vs the host pipeline: $d_host3 over 3 steps, $d_host over 16; test accuracy after 2 epochs: 2 stages $(acc "$dir/two.out")%, unsplit $(acc "$dir/one.out")%," \
      "host $(acc "$dir/host.out")%; loss $first -> $last (mean of the last 4 steps)"
 echo "PASS"
