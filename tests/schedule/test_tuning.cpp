@@ -43,8 +43,7 @@ TEST_CASE("host tuning: every rule names its evidence and every choice implement
           if (!braid::supports(a, c)) FAIL_CHECK(name(c) << " n=" << n << " " << b << " B: " << name(a));
           // Both kinds of ranks, and every size, are covered by a rule: nothing falls through to the default.
           bool matched = false;
-          for (const auto& r : braid::host_tuning)
-            matched = matched || (r.coll == c && n >= r.min_ranks && n <= r.max_ranks && b <= r.max_bytes && (r.ranks & k));
+          for (const auto& r : braid::host_tuning) matched = matched || braid::rule_applies(r, c, n, b, k);
           if (!matched) FAIL_CHECK(name(c) << " n=" << n << " " << b << " B: no rule");
         }
   CHECK(cases == 5 * 2 * 63 * 31);

@@ -71,13 +71,16 @@ inline constexpr tuning_rule host_tuning[] = {
      "167 vs 301; 64 MiB 17.7 vs 30.8 ms and 18.2 vs 21.2; above 4 ranks not measured"},
 };
 
-// `ranks`: the kind of ranks calling (tuning_ranks); a rule applies when it is for that kind.
+// Whether rule r covers this call; `ranks`: the kind of ranks calling (tuning_ranks).
+constexpr bool rule_applies(const tuning_rule& r, collective c, int nranks, std::uint64_t bytes, std::uint8_t ranks) {
+  return r.coll == c && nranks >= r.min_ranks && nranks <= r.max_ranks && bytes <= r.max_bytes && (r.ranks & ranks) != 0;
+}
+
 template <std::size_t N>
 constexpr algo choose_algorithm(const tuning_rule (&table)[N], collective c, int nranks, std::uint64_t bytes,
                                 std::uint8_t ranks = any_ranks) {
   for (const auto& r : table)
-    if (r.coll == c && nranks >= r.min_ranks && nranks <= r.max_ranks && bytes <= r.max_bytes && (r.ranks & ranks) != 0)
-      return r.choice;
+    if (rule_applies(r, c, nranks, bytes, ranks)) return r.choice;
   return c == collective::all_reduce || c == collective::reduce_scatter || c == collective::all_gather ? algo::ring
                                                                                                      : algo::tree;
 }

@@ -165,12 +165,12 @@ public:
     // whichever rank it waits for (a spinning rank holds back a rank that shares its CPU until the
     // scheduler's time slice ends, and that rank may be the one every peer waits for).
     bool crowded = policy.oversubscribed || crowded_last;
-    // Polls between looks at the clock: one when crowded (each of the 64 polls, about 17 ns of PAUSE on
-    // the 2-vCPU Xeon VM, is time the rank that shares the CPU could run: 4 processes on 2 CPUs took a
-    // median 3.9-6.9 µs per 16 B all_reduce with 64 polls, 2.8-4.3 with one, 2026-11-27).
-    int polls = crowded ? 1 : 64;
     bool woke = false; // back from a sleep: the peer's state is read at once (close() wakes sleepers)
     for (;;) {
+      // Polls between looks at the clock: one when crowded (each of 64 polls, 13-17 ns of PAUSE on the
+      // 2-vCPU Xeon VM, is time the rank that shares the CPU could run: 4 processes on 2 CPUs, 16-256 B
+      // all_reduce, 3.0-5.2 µs per call before, 2.1-3.1 after, bench/results/four-waits-2026-11-27-xeon-cpu.txt).
+      const int polls = crowded ? 1 : 64;
       for (int i = 0; i < polls; ++i) {
         if (word.load(std::memory_order_acquire) >= target) return;
         BRAID_CPU_RELAX();
@@ -185,7 +185,6 @@ public:
         if (self().cpu.load(std::memory_order_relaxed) != cpu) self().cpu.store(cpu, std::memory_order_relaxed);
         crowded = policy.oversubscribed || shares_cpu(cpu);
         crowded_last = crowded;
-        polls = crowded ? 1 : 64;
       }
       check_abort(peer);
       const auto now = std::chrono::steady_clock::now();
