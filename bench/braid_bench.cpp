@@ -67,6 +67,8 @@ void print_help(const char* argv0) {
       "      --bind B          with --backend procs: core (rank r on the r-th CPU this process\n"
       "                        may use), none, or auto (core when ranks <= CPUs: what mpirun\n"
       "                        does by default for 2 ranks)                           [auto]\n"
+      "      --zero-copy-min N with --backend threads: options::zero_copy_min_bytes, the size\n"
+      "                        from which peers read an out-of-place input in place [16K]\n"
       "      --csv FILE        also write the rows as CSV\n"
       "      --procs N         with --backend cuda or nccl: N ranks as N forked processes\n"
       "                        (braid::cuda::process_communicator over CUDA IPC, or NCCL ranks);\n"
@@ -276,6 +278,10 @@ int parse_args(int argc, char** argv, config& cfg) {
     } else if (a == "--procs") {
       if (!parse_int(v, cfg.nranks) || cfg.nranks < 1 || cfg.nranks > 64) return bad("--procs needs 1..64");
       cfg.cuda_procs = true;
+    } else if (a == "--zero-copy-min") {
+      std::uint64_t z = 0;
+      if (!parse_u64(v, z) || z > (std::uint64_t{1} << 40)) return bad("bad size for --zero-copy-min: '" + vs + "'");
+      cfg.zero_copy_min = static_cast<std::int64_t>(z);
     } else if (a == "--csv") {
       cfg.csv = vs;
     } else {
@@ -323,6 +329,7 @@ int main(int argc, char** argv) {
     return exit_usage;
   }
   if (cfg.timeout_s > 0) opts.timeout = std::chrono::nanoseconds(static_cast<std::int64_t>(cfg.timeout_s * 1e9));
+  if (cfg.zero_copy_min >= 0) opts.zero_copy_min_bytes = static_cast<std::size_t>(cfg.zero_copy_min);
 
   if (cfg.backend == backend_kind::cuda || cfg.backend == backend_kind::nccl) {
 #ifdef BRAID_BENCH_CUDA

@@ -16,7 +16,8 @@
 #
 # Environment: SETTINGS ("procs2 procs4 threads2 threads4": 2 or 4 processes, 2 or 4 thread ranks; braid-bench
 # binds processes to CPUs when every rank can have one), COLLECTIVES (all five reducing and moving
-# collectives), PASSES (3), MIN (64), MAX (64M), FACTOR (4), ITERS (20), WARMUP (5).
+# collectives), PASSES (3), MIN (64), MAX (64M), FACTOR (4), ITERS (20), WARMUP (5), BENCH_ARGS (extra
+# braid-bench flags for every run, e.g. "--zero-copy-min 16K").
 set -euo pipefail
 
 build=${1:-build}
@@ -60,6 +61,7 @@ echo "# method   float sum, sizes $MIN..$MAX x$FACTOR; per size $WARMUP warmup c
 echo "#          mean per call, max over ranks (us), out-of-place; results checked; $PASSES passes, the"
 echo "#          algorithms' order rotating; medians over passes"
 echo "# load     $(cut -d' ' -f1-3 /proc/loadavg) at the start"
+[[ -n "${BENCH_ARGS:-}" ]] && echo "# args     braid-bench ... $BENCH_ARGS"
 
 status=0
 for ((p = 1; p <= PASSES; p++)); do
@@ -76,7 +78,8 @@ for ((p = 1; p <= PASSES; p++)); do
       k=$(((p - 1) % ${#list[@]}))
       order=("${list[@]:k}" "${list[@]:0:k}")
       alist=$(IFS=,; echo "${order[*]}")
-      if ! "$bench" "$c" "${args[@]}" -a "$alist" -d float -o sum -b "$MIN" -e "$MAX" -f "$FACTOR" \
+      # shellcheck disable=SC2086 # BENCH_ARGS is split into flags on purpose
+      if ! "$bench" "$c" "${args[@]}" ${BENCH_ARGS:-} -a "$alist" -d float -o sum -b "$MIN" -e "$MAX" -f "$FACTOR" \
           -n "$ITERS" -w "$WARMUP" -c 1 --csv "$tmp/$setting-$c-$p.csv" >"$tmp/log" 2>&1; then
         echo "tuning.sh: braid-bench failed ($setting, $c, pass $p):" >&2
         cat "$tmp/log" >&2
