@@ -57,7 +57,7 @@ TEST_CASE("host tuning: the measured choices (bench/results/tuning-2026-11-27-be
   for (auto k : {T, P}) {
     CHECK(pick(collective::all_reduce, 2, 64 << 10, k) == algo::one_shot);
     CHECK(pick(collective::all_reduce, 2, 256 << 10, k) == algo::one_shot);
-    CHECK(pick(collective::all_reduce, 2, (256 << 10) + 4, k) == algo::two_shot);
+    CHECK(pick(collective::all_reduce, 2, (1 << 20) + 4, k) == algo::two_shot);
     CHECK(pick(collective::all_reduce, 4, 4 << 10, k) == algo::one_shot);
     CHECK(pick(collective::all_reduce, 4, 16 << 10, k) == algo::two_shot);
     CHECK(pick(collective::all_reduce, 17, 16 << 10, k) == algo::ring);
@@ -69,7 +69,6 @@ TEST_CASE("host tuning: the measured choices (bench/results/tuning-2026-11-27-be
   CHECK(pick(collective::reduce_scatter, 2, 64 << 10, T) == algo::direct);
   for (auto k : {T, P}) {
     CHECK(pick(collective::reduce_scatter, 4, 4 << 10, k) == algo::direct);
-    CHECK(pick(collective::reduce_scatter, 4, 16 << 10, k) == algo::halving_doubling);
     CHECK(pick(collective::reduce_scatter, 16, 64 << 20, k) == algo::halving_doubling);
     CHECK(pick(collective::reduce_scatter, 17, 64 << 20, k) == algo::ring);
   }
@@ -80,7 +79,24 @@ TEST_CASE("host tuning: the measured choices (bench/results/tuning-2026-11-27-be
     CHECK(pick(collective::broadcast, 4, 4 << 20, k) == algo::direct);
     CHECK(pick(collective::reduce, 2, 64 << 20, k) == algo::direct);
     CHECK(pick(collective::reduce, 4, 16 << 10, k) == algo::direct);
-    CHECK(pick(collective::reduce, 4, 64 << 10, k) == algo::ring);
+    CHECK(pick(collective::reduce, 4, 256 << 10, k) == algo::ring);
     CHECK(pick(collective::all_gather, 4, 64 << 20, k) == algo::direct);
   }
+}
+
+TEST_CASE("host tuning: thread ranks reading inputs in place from 16 KiB (bench/results/tuning-2026-11-27-zero-copy-xeon-cpu.txt)") {
+  constexpr auto T = braid::thread_ranks;
+  constexpr auto P = braid::process_ranks;
+  // all_reduce at 2 ranks: one_shot to 1 MiB for threads, to 256 KiB for processes.
+  CHECK(pick(collective::all_reduce, 2, 1 << 20, T) == algo::one_shot);
+  CHECK(pick(collective::all_reduce, 2, 512 << 10, P) == algo::two_shot);
+  // reduce_scatter from 3 ranks: direct to 128 KiB for threads, halving_doubling above 4 KiB for processes.
+  CHECK(pick(collective::reduce_scatter, 4, 16 << 10, T) == algo::direct);
+  CHECK(pick(collective::reduce_scatter, 4, 128 << 10, T) == algo::direct);
+  CHECK(pick(collective::reduce_scatter, 4, (128 << 10) + 4, T) == algo::halving_doubling);
+  CHECK(pick(collective::reduce_scatter, 4, 16 << 10, P) == algo::halving_doubling);
+  // reduce from 3 ranks: direct to 64 KiB for threads, to 16 KiB for processes; ring above.
+  CHECK(pick(collective::reduce, 4, 64 << 10, T) == algo::direct);
+  CHECK(pick(collective::reduce, 4, (64 << 10) + 4, T) == algo::ring);
+  CHECK(pick(collective::reduce, 4, 64 << 10, P) == algo::ring);
 }

@@ -10,7 +10,7 @@
 namespace braid {
 
 // Which ranks a rule is for: the host backend's ranks are threads of one process (their inputs are
-// read in place from 256 KiB up, options::zero_copy_min_bytes) or processes (inputs staged unless
+// read in place from 16 KiB up, options::zero_copy_min_bytes) or processes (inputs staged unless
 // registered), and the two favour different algorithms. Every rank of a communicator is of one kind,
 // so every rank picks the same algorithm. The CUDA tables leave it at both.
 enum tuning_ranks : std::uint8_t { thread_ranks = 1, process_ranks = 2, any_ranks = 3 };
@@ -30,10 +30,16 @@ struct tuning_rule {
 // 2 and 4 ranks were measured, 4 on the 2 CPUs; rules for 5-16 ranks follow the 4-rank figures, for
 // 17 and more they are reasoning only. A choice changed only where another algorithm was at least
 // about 1.25x faster at that size and the neighbouring ones; the figures are in the evidence.
+// The thread_ranks rules that name tuning-2026-11-27-zero-copy-xeon-cpu.txt were measured after thread
+// ranks began reading inputs in place from 16 KiB instead of 256 KiB, on the 2-vCPU Intel Xeon VM.
 inline constexpr tuning_rule host_tuning[] = {
     {collective::all_reduce, 2, 2, std::uint64_t{256} << 10, algo::one_shot,
      "one_shot against two_shot: 2 processes 64 KiB 14.4 vs 23.6 us, 256 KiB 35.4 vs 41.8; 2 threads 64 KiB "
      "10.1 vs 14.2, 256 KiB 9.2 vs 32.9 (read in place)"},
+    {collective::all_reduce, 2, 2, std::uint64_t{1} << 20, algo::one_shot,
+     "2 threads: one_shot against two_shot 512 KiB 32 vs 92 us (3 of 3 passes), 1 MiB 91-94 vs 152-157 in two "
+     "runs of three (150 vs 158 in the other), 4 MiB 510 vs 538 (tuning-2026-11-27-zero-copy-xeon-cpu.txt)",
+     thread_ranks},
     {collective::all_reduce, 3, 64, std::uint64_t{4} << 10, algo::one_shot,
      "4 processes: one_shot fastest to 4 KiB (9.9 us, two_shot 10.1), 16 KiB 22.2 vs 14.9; 4 threads: fastest "
      "to 1 KiB, 16 KiB 30.2 vs 21.2"},
@@ -50,6 +56,10 @@ inline constexpr tuning_rule host_tuning[] = {
      thread_ranks},
     {collective::reduce_scatter, 3, 16, std::uint64_t{4} << 10, algo::direct,
      "4 threads: direct 3.8-4.2 us to 4 KiB, halving_doubling about 10; 4 processes within noise to 1 KiB"},
+    {collective::reduce_scatter, 3, 16, std::uint64_t{128} << 10, algo::direct,
+     "4 threads, inputs read in place from 16 KiB: direct against halving_doubling 16 KiB 4.8 vs 9.2 us, 64 KiB "
+     "9.8 vs 18.0, 128 KiB 15.8 vs 21.1; even at 256 KiB (tuning-2026-11-27-zero-copy-xeon-cpu.txt)",
+     thread_ranks},
     {collective::reduce_scatter, 3, 16, ~std::uint64_t{0}, algo::halving_doubling,
      "4 processes: halving_doubling against direct 16 KiB 7.9 vs 10.6 us, 1 MiB 164 vs 192, 64 MiB 17.4 vs 29.4 ms; "
      "ring was faster in one run (1 MiB 126 us) and 3.4x slower in the next (425 us, halving_doubling 126, "
@@ -66,6 +76,10 @@ inline constexpr tuning_rule host_tuning[] = {
     {collective::reduce, 2, 2, ~std::uint64_t{0}, algo::direct,
      "2 ranks: within noise of the fastest (threads: ahead at 16 and 64 MiB, 3 of 3 passes)"},
     {collective::reduce, 3, 64, std::uint64_t{16} << 10, algo::direct, "4 processes and threads: within noise of the fastest to 16 KiB"},
+    {collective::reduce, 3, 64, std::uint64_t{64} << 10, algo::direct,
+     "4 threads, inputs read in place from 16 KiB: direct against ring 32 KiB 9.3 vs 14.0 us, 64 KiB 15.8 vs "
+     "23.1; ring ahead from 128 KiB (tuning-2026-11-27-zero-copy-xeon-cpu.txt)",
+     thread_ranks},
     {collective::reduce, 3, 64, ~std::uint64_t{0}, algo::ring,
      "4 ranks: ring against direct 256 KiB 53 vs 77 us (processes), 63 vs 77 (threads); 1 MiB 151 vs 269 and "
      "167 vs 301; 64 MiB 17.7 vs 30.8 ms and 18.2 vs 21.2; above 4 ranks not measured"},
