@@ -25,11 +25,15 @@
 //   BRAID_GPU_SWEEP_NRANKS  rank counts of the sweeps, e.g. "2,4" (default "1,2,4,8")
 //   BRAID_GPU_SWEEP_THREADS threads per block of the test groups (default: group_options' 512)
 //   BRAID_GPU_SWEEP_SPREAD  1: rank r on device r % (device count), else every rank on device 0
+//   BRAID_GPU_SWEEP_OPS     operators of the operator sweep, e.g. "sum" (default "sum,prod,min,max,avg")
 //   BRAID_TIMEOUT           per-wait deadline of the sweep groups (default here: 60 s)
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <braid/cuda/runtime.cuh>
+#ifdef BRAID_TEST_PROGRESS_POST_HOOK
+#include <braid/cuda/device.cuh>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -37,9 +41,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -88,6 +94,24 @@ std::vector<int> sweep_nranks() {
       if (const int n = std::atoi(item.c_str()); n >= 1 && n <= 64) out.push_back(n);
   }
   if (out.empty()) out = {1, 2, 4, 8};
+  return out;
+}
+
+// The operator sweep's operators: BRAID_GPU_SWEEP_OPS (names as braid::name(op_kind) spells them),
+// else all five. An unknown name fails the test rather than shrinking the sweep unnoticed.
+std::vector<op_kind> sweep_ops() {
+  constexpr op_kind all[] = {op_kind::sum, op_kind::prod, op_kind::min, op_kind::max, op_kind::avg};
+  const char* s = std::getenv("BRAID_GPU_SWEEP_OPS");
+  if (!s || !*s) return {std::begin(all), std::end(all)};
+  std::vector<op_kind> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const auto* k = std::find_if(std::begin(all), std::end(all), [&](op_kind o) { return braid::name(o) == item; });
+    if (k == std::end(all)) throw std::invalid_argument("BRAID_GPU_SWEEP_OPS: unknown operator '" + item + "'");
+    out.push_back(*k);
+  }
+  if (out.empty()) throw std::invalid_argument("BRAID_GPU_SWEEP_OPS: no operator in '" + std::string(s) + "'");
   return out;
 }
 
@@ -475,6 +499,7 @@ TEST_CASE("gpu sweep: all_reduce with braid::sum, every element type and algorit
 
 TEST_CASE("gpu sweep: float, every collective, algorithm and operator") {
   const std::size_t large = sweep_large();
+  const std::vector<op_kind> ops = sweep_ops();
   tally t;
   for (int n : sweep_nranks()) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -482,7 +507,7 @@ TEST_CASE("gpu sweep: float, every collective, algorithm and operator") {
     for (collective c : braid::testing::sweep_collectives) {
       const bool reduces = c == collective::all_reduce || c == collective::reduce_scatter || c == collective::reduce;
       for (algo a : algos_for(c))
-        for (op_kind k : {op_kind::sum, op_kind::prod, op_kind::min, op_kind::max, op_kind::avg}) {
+        for (op_kind k : ops) {
           if (!reduces && k != op_kind::sum) continue;
           braid::visit(k, [&](auto op) {
             using Op = decltype(op);
@@ -493,7 +518,9 @@ TEST_CASE("gpu sweep: float, every collective, algorithm and operator") {
     }
     MESSAGE("float sweep, " << n << " rank(s): " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s");
   }
-  t.report(("float x every collective/algorithm/operator, ranks " + rank_list() + ", large count " + std::to_string(large)).c_str());
+  std::string op_list;
+  for (op_kind k : ops) op_list += (op_list.empty() ? "" : ",") + std::string(braid::name(k));
+  t.report(("float x every collective/algorithm, operators " + op_list + ", ranks " + rank_list() + ", large count " + std::to_string(large)).c_str());
 }
 
 // Small staging memory: many rounds per large call, so the two staging halves are reused many times
@@ -1350,6 +1377,13 @@ bool informational(int argc, char** argv) {
 } // namespace
 
 int main(int argc, char** argv) {
+#ifdef BRAID_TEST_PROGRESS_POST_HOOK
+  // The mutation test (ThreadSanitizer build; tests/cuda/CMakeLists.txt): the progress post relaxed.
+  if (const char* m = std::getenv("BRAID_TEST_PROGRESS_POST_RELAXED"); m && m[0] == '1') {
+    braid::cuda_detail::test_progress_post_relaxed = true;
+    std::printf("test_gpu: the progress post is weakened to relaxed (BRAID_TEST_PROGRESS_POST_RELAXED=1)\n");
+  }
+#endif
   if (informational(argc, argv)) {
     doctest::Context ctx(argc, argv);
     return ctx.run();

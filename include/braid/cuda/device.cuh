@@ -92,14 +92,20 @@ inline const device_error* abort_record(device_abort* ab) {
 
 BRAID_DEVICE u64 load_acquire(const u64* p) { return sys_u64(*const_cast<u64*>(p)).load(gpu::memory_order::acquire); }
 
-// The order of the progress post: release. Only the mutation test (tests/cuda/CMakeLists.txt,
-// test_gpu_emu_mutant under ThreadSanitizer) defines this, to relaxed, and expects to be caught.
-#ifndef BRAID_TEST_PROGRESS_POST_ORDER
-#define BRAID_TEST_PROGRESS_POST_ORDER release
+// The mutation test's switch, in the ThreadSanitizer build of the emulated-device tests only
+// (tests/cuda/CMakeLists.txt defines BRAID_TEST_PROGRESS_POST_HOOK there): test_gpu_emu_mutant_detected
+// sets it to weaken the progress post below to relaxed, and passes only if ThreadSanitizer reports the
+// race that opens. Set before any kernel is launched, never changed while one runs.
+#ifdef BRAID_TEST_PROGRESS_POST_HOOK
+inline bool test_progress_post_relaxed = false;
 #endif
 // Raises *p to v (never lowers it), with release at system scope.
 BRAID_DEVICE void post_max_release(u64* p, u64 v) {
-  sys_u64(*p).fetch_max(v, gpu::memory_order::BRAID_TEST_PROGRESS_POST_ORDER);
+#ifdef BRAID_TEST_PROGRESS_POST_HOOK
+  sys_u64(*p).fetch_max(v, test_progress_post_relaxed ? gpu::memory_order::relaxed : gpu::memory_order::release);
+#else
+  sys_u64(*p).fetch_max(v, gpu::memory_order::release);
+#endif
 }
 
 // Records `e` in the writer's slot if nobody of that writer kind has, then raises the abort flag.
