@@ -37,8 +37,8 @@ inline constexpr tuning_rule host_tuning[] = {
      "one_shot against two_shot: 2 processes 64 KiB 14.4 vs 23.6 us, 256 KiB 35.4 vs 41.8; 2 threads 64 KiB "
      "10.1 vs 14.2, 256 KiB 9.2 vs 32.9 (read in place)"},
     {collective::all_reduce, 2, 2, std::uint64_t{1} << 20, algo::one_shot,
-     "2 threads: one_shot against two_shot 512 KiB 32 vs 92 us (3 of 3 passes), 1 MiB 91-94 vs 152-157 in two "
-     "runs of three (150 vs 158 in the other), 4 MiB 510 vs 538 (tuning-2026-11-27-zero-copy-xeon-cpu.txt)",
+     "2 threads: one_shot against two_shot 512 KiB 26-32 vs 89-92 us, 1 MiB 91-102 vs 152-162 in runs A, A2 and "
+     "C (150 vs 158 in run B), 4 MiB 510 vs 538 (tuning-2026-11-27-zero-copy-xeon-cpu.txt)",
      thread_ranks},
     {collective::all_reduce, 3, 64, std::uint64_t{4} << 10, algo::one_shot,
      "4 processes: one_shot fastest to 4 KiB (9.9 us, two_shot 10.1), 16 KiB 22.2 vs 14.9; 4 threads: fastest "
