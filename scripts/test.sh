@@ -11,7 +11,8 @@ export PATH="$PATH:/usr/local/cuda/bin"
 # by the thousand, and -O3 compiles the biggest (test_reference_sweep.cpp) in 122 s against -O2's 89 s
 # (2-core VM, 2026-11-27); -O2 is also what most users build with. scripts/bench.sh builds at -O3.
 # For .cu files nvcc's -O is the host side only: launch_procs.cu's host compile 45 -> 34 s, and its
-# PTX and SASS are byte-identical (cuobjdump), so static_kernel_checks reads the same kernels.
+# PTX and SASS are byte-identical (cuobjdump), so static_kernel_checks reads the same kernels. Where
+# configure finds no GPU, tests/cuda sets those objects' host side to -O0 (tests/cuda/CMakeLists.txt).
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" \
   "-DCMAKE_CUDA_FLAGS_RELEASE=-O2 -DNDEBUG"
 cmake --build "$build" -j "$(nproc)"

@@ -1,8 +1,7 @@
 // tests/cuda/launch_procs.cu — braid::cuda::process_communicator behind launch_procs.hpp's plain
-// functions: every collective for the 14 element types with sum, float with the other operators.
-#include "launch_procs.hpp"
-
-#include <braid/cuda.cuh>
+// functions: every collective for the 14 element types with sum, float with the other operators. The
+// typed calls are in launch_procs_narrow.cu and launch_procs_wide.cu (procs.cuh).
+#include "procs.cuh"
 
 #include <algorithm>
 #include <atomic>
@@ -13,20 +12,6 @@
 #include <vector>
 
 namespace braid::gpu_procs {
-
-struct comm {
-  braid::cuda::process_communicator pc;
-  cudaStream_t stream = nullptr;
-  comm() = default;
-  comm(const comm&) = delete;
-  comm& operator=(const comm&) = delete;
-  ~comm() {
-    if (stream) {
-      cudaStreamSynchronize(stream);
-      cudaStreamDestroy(stream);
-    }
-  }
-};
 
 int device_count() {
   int n = 0;
@@ -52,24 +37,6 @@ std::shared_ptr<comm> connect(braid::communicator host, int device, const comm_o
   BRAID_CUDA_CHECK(cudaStreamCreate(&c->stream)); // blocking: ordered after legacy-stream copies
   return c;
 }
-
-namespace {
-
-template <class T, class Op> void run_typed(comm& c, const gpu_test::call& k, Op op) {
-  const T* in = static_cast<const T*>(k.in);
-  T* out = static_cast<T*>(k.out);
-  const call_options co{k.algorithm};
-  switch (k.coll) {
-  case collective::all_reduce: c.pc.all_reduce(in, out, k.count, op, c.stream, co); return;
-  case collective::reduce_scatter: c.pc.reduce_scatter(in, out, k.count, op, c.stream, co); return;
-  case collective::reduce: c.pc.reduce(in, out, k.count, k.root, op, c.stream, co); return;
-  case collective::all_gather: c.pc.all_gather(in, out, k.count, c.stream, co); return;
-  case collective::broadcast: c.pc.broadcast(in, out, k.count, k.root, c.stream, co); return;
-  default: raise(errc::unsupported, "gpu_procs::run: not a collective of the communicator");
-  }
-}
-
-} // namespace
 
 void run(comm& c, const gpu_test::call& k) {
   enqueue(c, k);
@@ -124,35 +91,8 @@ void destroy_graph(void* g) noexcept {
 }
 
 void enqueue(comm& c, const gpu_test::call& k) {
-  const bool reduces = k.coll == collective::all_reduce || k.coll == collective::reduce_scatter || k.coll == collective::reduce;
-  if (k.op == op_kind::sum || !reduces) {
-    switch (k.type) {
-    case dtype::int8: return run_typed<std::int8_t>(c, k, sum<>{});
-    case dtype::uint8: return run_typed<std::uint8_t>(c, k, sum<>{});
-    case dtype::int16: return run_typed<std::int16_t>(c, k, sum<>{});
-    case dtype::uint16: return run_typed<std::uint16_t>(c, k, sum<>{});
-    case dtype::int32: return run_typed<std::int32_t>(c, k, sum<>{});
-    case dtype::uint32: return run_typed<std::uint32_t>(c, k, sum<>{});
-    case dtype::int64: return run_typed<std::int64_t>(c, k, sum<>{});
-    case dtype::uint64: return run_typed<std::uint64_t>(c, k, sum<>{});
-    case dtype::float16: return run_typed<half>(c, k, sum<>{});
-    case dtype::bfloat16: return run_typed<bfloat16>(c, k, sum<>{});
-    case dtype::float32: return run_typed<float>(c, k, sum<>{});
-    case dtype::float64: return run_typed<double>(c, k, sum<>{});
-    case dtype::fp8_e4m3: return run_typed<fp8_e4m3>(c, k, sum<>{});
-    case dtype::fp8_e5m2: return run_typed<fp8_e5m2>(c, k, sum<>{});
-    default: break;
-    }
-  } else if (k.type == dtype::float32) {
-    switch (k.op) {
-    case op_kind::prod: return run_typed<float>(c, k, prod<>{});
-    case op_kind::min: return run_typed<float>(c, k, min<>{});
-    case op_kind::max: return run_typed<float>(c, k, max<>{});
-    case op_kind::avg: return run_typed<float>(c, k, avg<>{});
-    default: break;
-    }
-  }
-  raise(errc::unsupported, std::string("launch_procs.cu does not instantiate ") + std::string(name(k.coll)) + " for " +
+  if (detail::enqueue_narrow(c, k) || detail::enqueue_wide(c, k)) return;
+  raise(errc::unsupported, std::string("the GPU process test does not instantiate ") + std::string(name(k.coll)) + " for " +
                                std::string(name(k.type)) + " with " + std::string(name(k.op)));
 }
 

@@ -1,9 +1,9 @@
 // tests/cuda/launch_procs.hpp — what launch_procs.cu exports to the host-compiled test of
 // braid::cuda::process_communicator (test_gpu_procs.cpp) and to braid-bench.
 //
-// Plain C++, no CUDA headers. launch_procs.cu instantiates every collective for the 14 element types
-// with braid::sum, and float with prod, min, max and avg (one small reduce kernel per type and
-// operator: 18 kernels).
+// Plain C++, no CUDA headers. launch_procs.cu with launch_procs_narrow.cu and launch_procs_wide.cu
+// (procs.cuh) instantiates every collective for the 14 element types with braid::sum, and float with
+// prod, min, max and avg (one small reduce kernel per type and operator: 18 kernels).
 #pragma once
 
 #include <braid/comm/communicator.hpp>

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Static checks of braid's CUDA kernels, standing in for a profiler where no GPU runs them.
 
-Reads the sm_90 objects the build compiled (braid_cuda_launch: launch_float.cu.o, launch_sum.cu.o,
-launch_procs.cu.o) with cuobjdump and nvdisasm, and asserts, for every kernel whose name matches
+Reads the sm_90 objects the build compiled (braid_cuda_launch: launch_sum.cu with launch_procs_narrow.cu,
+launch_float.cu with launch_procs_wide.cu, and launch_procs.cu; tests/cuda/launch.cmake) with cuobjdump
+and nvdisasm, and asserts, for every kernel whose name matches
 KERNELS below:
 
   resources  registers within the launch bound (65536 / --bound), stack 0, local memory 0, and no
