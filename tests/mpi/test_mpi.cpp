@@ -413,6 +413,12 @@ void check_errors(comm_type& c) {
 //   collective  all_reduce against all_gather of 100 floats
 //   root        broadcast from rank 0 against rank 1 (hosts of another local rank than 0's: hosts differ)
 //   root-local  broadcast from rank 0 against the last rank (another host, another local rank)
+//   count-large all_reduce of 100000 floats against 150000 (data messages beside the check's blocks,
+//               large enough for MPI's rendezvous protocol: each side must drain the other's)
+//   collective-large  all_reduce against all_gather of 30000 floats
+//   bcast-count broadcast from rank 0 of 40000 floats against 60000 (the root's host sends its data in
+//               the check's round; the others expect another size)
+//   root-large  broadcast of 40000 floats from rank 0 against rank 1
 //   all         each of these, a fresh communicator for each
 // Each kind first runs a matching all_reduce on the same communicator (the check passes, the sum is
 // right). A watchdog (SIGALRM, --mismatch-watchdog seconds, default 90) ends a rank that hangs.
@@ -442,19 +448,21 @@ void check_mismatch(const std::string& kind) {
   constexpr std::size_t tail = 16; // elements after each buffer that must stay poison
   std::size_t in_n = 0, out_n = 0;
   std::function<void(const float*, float*)> call;
-  if (kind == "count" || kind == "count-small") {
-    const std::size_t n = odd ? 1500 : (kind == "count" ? 1000 : 8);
+  if (kind == "count" || kind == "count-small" || kind == "count-large") {
+    const std::size_t n = kind == "count-large" ? (odd ? 150000 : 100000) : odd ? 1500 : (kind == "count" ? 1000 : 8);
     in_n = out_n = n;
     call = [&c, n](const float* i, float* o) { c.all_reduce(i, o, n); };
-  } else if (kind == "collective") {
-    in_n = 100;
-    out_n = odd ? 100 * static_cast<std::size_t>(world_size) : 100;
-    if (odd) call = [&c](const float* i, float* o) { c.all_gather(i, o, 100); };
-    else call = [&c](const float* i, float* o) { c.all_reduce(i, o, 100); };
-  } else if (kind == "root" || kind == "root-local") {
-    const int root = !odd ? 0 : (kind == "root" ? 1 : world_size - 1);
-    in_n = out_n = 100;
-    call = [&c, root](const float* i, float* o) { c.broadcast(i, o, 100, root); };
+  } else if (kind == "collective" || kind == "collective-large") {
+    const std::size_t n = kind == "collective" ? 100 : 30000;
+    in_n = n;
+    out_n = odd ? n * static_cast<std::size_t>(world_size) : n;
+    if (odd) call = [&c, n](const float* i, float* o) { c.all_gather(i, o, n); };
+    else call = [&c, n](const float* i, float* o) { c.all_reduce(i, o, n); };
+  } else if (kind == "root" || kind == "root-local" || kind == "root-large" || kind == "bcast-count") {
+    const int root = !odd || kind == "bcast-count" ? 0 : (kind == "root-local" ? world_size - 1 : 1);
+    const std::size_t n = kind == "bcast-count" ? (odd ? 60000 : 40000) : kind == "root-large" ? 40000 : 100;
+    in_n = out_n = n;
+    call = [&c, root, n](const float* i, float* o) { c.broadcast(i, o, n, root); };
   } else {
     fail("unknown --mismatch kind " + kind);
     return;
@@ -490,6 +498,117 @@ void check_mismatch(const std::string& kind) {
   if (!refused) fail(where + ": the next call was not refused with usage_error");
   MPI_Barrier(MPI_COMM_WORLD);
 }
+
+#ifndef BRAID_TEST_MPI_CUDA
+// --- rounds per call: the MPI calls braid::mpi makes, counted through MPI's profiling interface ---
+// (this executable's MPI_* definitions replace Open MPI's weak ones and forward to PMPI_*). Blocks
+// of the call check count whether sent by MPI_Isend or MPI_Sendrecv (two hosts).
+struct mpi_counts {
+  long blocks = 0, data = 0, collectives = 0; // the check's blocks and data messages sent; MPI collectives
+};
+bool counting = false;
+mpi_counts counted;
+} // namespace
+
+extern "C" {
+int MPI_Isend(const void* b, int n, MPI_Datatype t, int dest, int tag, MPI_Comm c, MPI_Request* r) {
+  if (counting) {
+    if (tag == braid::mpi::detail::call_check::block_tag) ++counted.blocks;
+    else if (tag == braid::mpi::detail::call_check::data_tag) ++counted.data;
+  }
+  return PMPI_Isend(b, n, t, dest, tag, c, r);
+}
+int MPI_Sendrecv(const void* sb, int sn, MPI_Datatype st, int dest, int stag, void* rb, int rn, MPI_Datatype rt, int src, int rtag, MPI_Comm c, MPI_Status* status) {
+  if (counting && stag == braid::mpi::detail::call_check::block_tag) ++counted.blocks;
+  return PMPI_Sendrecv(sb, sn, st, dest, stag, rb, rn, rt, src, rtag, c, status);
+}
+int MPI_Alltoall(const void* sb, int sn, MPI_Datatype st, void* rb, int rn, MPI_Datatype rt, MPI_Comm c) {
+  counted.collectives += counting;
+  return PMPI_Alltoall(sb, sn, st, rb, rn, rt, c);
+}
+int MPI_Alltoallv(const void* sb, const int sn[], const int so[], MPI_Datatype st, void* rb, const int rn[], const int ro[], MPI_Datatype rt, MPI_Comm c) {
+  counted.collectives += counting;
+  return PMPI_Alltoallv(sb, sn, so, st, rb, rn, ro, rt, c);
+}
+int MPI_Allgather(const void* sb, int sn, MPI_Datatype st, void* rb, int rn, MPI_Datatype rt, MPI_Comm c) {
+  counted.collectives += counting;
+  return PMPI_Allgather(sb, sn, st, rb, rn, rt, c);
+}
+int MPI_Allgatherv(const void* sb, int sn, MPI_Datatype st, void* rb, const int rn[], const int ro[], MPI_Datatype rt, MPI_Comm c) {
+  counted.collectives += counting;
+  return PMPI_Allgatherv(sb, sn, st, rb, rn, ro, rt, c);
+}
+int MPI_Bcast(void* b, int n, MPI_Datatype t, int root, MPI_Comm c) {
+  counted.collectives += counting;
+  return PMPI_Bcast(b, n, t, root, c);
+}
+int MPI_Allreduce(const void* sb, void* rb, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
+  counted.collectives += counting;
+  return PMPI_Allreduce(sb, rb, n, t, op, c);
+}
+int MPI_Barrier(MPI_Comm c) {
+  counted.collectives += counting;
+  return PMPI_Barrier(c);
+}
+}
+
+namespace {
+// Every call's inter-host step is one round: each rank of the inter-host stage sends H - 1 blocks
+// (the call check), a data message beside a block only where the data exceeds the block's 208 bytes,
+// and no MPI collective, except two-shot all_reduce's MPI_Allgatherv (slices above 1 KiB; up to it
+// the slice goes whole to every host in the one round) and MPI_Bcast for a broadcast too
+// large to send from the root's host to every other (3 hosts, 800 KB here) or on hosts of unequal size.
+// Before the data rode in the check (2026-11-28), every call above 208 bytes made an MPI_Allgather
+// and then its data collective: this test fails there. Results are checked too (the 800 KB broadcast
+// is the only call here whose path no other check takes).
+void check_rounds(braid::mpi::communicator& c) {
+  const long H = c.hosts(), N = c.size();
+  const bool part = H > 1 && (c.uniform() || c.local_rank() == 0);
+  const long B = part ? H - 1 : 0;
+  const int root_local = 0; // rank 0's local rank (rank 0 is local rank 0 of host 0 in every layout)
+  auto expect = [&](const char* what, auto&& f, long data, long coll) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    counted = {};
+    counting = true;
+    f();
+    counting = false;
+    const long want_data = part ? data : 0, want_coll = part ? coll : 0;
+    if (counted.blocks != B || counted.data != want_data || counted.collectives != want_coll)
+      fail(std::string("rounds: ") + what + " on rank " + std::to_string(world_rank) + ": " + std::to_string(counted.blocks) + " blocks, " +
+           std::to_string(counted.data) + " data messages, " + std::to_string(counted.collectives) + " MPI collectives (want " + std::to_string(B) +
+           ", " + std::to_string(want_data) + ", " + std::to_string(want_coll) + ")");
+  };
+  const bool u = c.uniform();
+  std::vector<float> x(200000, 1.0f), y(200000 * static_cast<std::size_t>(N));
+  expect("all_reduce of 8 floats", [&] { c.all_reduce(x.data(), y.data(), 8); }, 0, 0);
+  expect("all_reduce of 200 floats", [&] { c.all_reduce(x.data(), y.data(), 200); }, H - 1, 0); // one round, beside the blocks
+  expect("all_reduce of 20000 floats", [&] { c.all_reduce(x.data(), y.data(), 20000); }, H - 1, 1);
+  for (std::size_t i = 0; i < 20000; ++i)
+    if (y[i] != static_cast<float>(N)) {
+      fail("rounds: all_reduce of 20000 floats: wrong sum on rank " + std::to_string(world_rank));
+      break;
+    }
+  expect("reduce_scatter of 8 floats each", [&] { c.reduce_scatter(x.data(), y.data(), 8); }, 0, 0);
+  expect("reduce_scatter of 5000 floats each", [&] { c.reduce_scatter(x.data(), y.data(), 5000); }, H - 1, 0);
+  expect("all_gather of 8 floats each", [&] { c.all_gather(x.data(), y.data(), 8); }, 0, 0);
+  expect("all_gather of 5000 floats each", [&] { c.all_gather(x.data(), y.data(), 5000); }, H - 1, 0);
+  expect("broadcast of 8 floats", [&] { c.broadcast(x.data(), y.data(), 8, 0); }, 0, u ? 0 : 1);
+  const bool sender = u && c.host() == 0 && c.local_rank() == root_local;
+  expect("broadcast of 5000 floats", [&] { c.broadcast(x.data(), y.data(), 5000, 0); }, sender ? H - 1 : 0, u ? 0 : 1);
+  const bool rides = H == 2;
+  const bool carrier = c.local_rank() == root_local;
+  for (std::size_t i = 0; i < 200000; ++i) x[i] = static_cast<float>(i % 1000) + (world_rank == 0 ? 0.5f : 0.0f);
+  expect("broadcast of 200000 floats", [&] { c.broadcast(x.data(), y.data(), 200000, 0); }, sender && rides ? H - 1 : 0,
+         !u || (carrier && !rides) ? 1 : 0);
+  for (std::size_t i = 0; i < 200000; ++i)
+    if (y[i] != static_cast<float>(i % 1000) + 0.5f) {
+      fail("rounds: broadcast of 200000 floats: wrong value on rank " + std::to_string(world_rank));
+      break;
+    }
+  expect("barrier", [&] { c.barrier(); }, 0, 0);
+  if (world_rank == 0) std::printf("rounds per call: as documented (%ld hosts)\n", H);
+}
+#endif
 
 extern "C" void on_watchdog(int) {
   const char m[] = "test_mpi: watchdog: a rank is still inside a call (hang)\n";
@@ -606,7 +725,7 @@ int main(int argc, char** argv) {
     else if (a == "--mismatch" && i + 1 < argc) mismatch = argv[++i];
     else if (a == "--mismatch-watchdog" && i + 1 < argc) watchdog = static_cast<unsigned>(std::atoi(argv[++i]));
     else {
-      if (world_rank == 0) std::fprintf(stderr, "usage: test_mpi [--hosts H] [--uniform 0|1] [--expect-error] [--quick] [--large N] [--chunk-bytes B] [--local-path device|host] [--mismatch count|count-small|collective|root|root-local|all]\n");
+      if (world_rank == 0) std::fprintf(stderr, "usage: test_mpi [--hosts H] [--uniform 0|1] [--expect-error] [--quick] [--large N] [--chunk-bytes B] [--local-path device|host] [--mismatch count|count-small|collective|root|root-local|count-large|collective-large|bcast-count|root-large|all]\n");
       MPI_Finalize();
       return 2;
     }
@@ -625,7 +744,8 @@ int main(int argc, char** argv) {
       std::signal(SIGALRM, on_watchdog);
       alarm(watchdog);
       if (mismatch == "all")
-        for (const char* k : {"count", "count-small", "collective", "root", "root-local"}) check_mismatch(k);
+        for (const char* k : {"count", "count-small", "collective", "root", "root-local", "count-large", "collective-large", "bcast-count", "root-large"})
+          check_mismatch(k);
       else
         check_mismatch(mismatch);
       alarm(0);
@@ -648,6 +768,9 @@ int main(int argc, char** argv) {
       check_type<std::int32_t>(c, small);
       check_type<braid::bfloat16>(c, small);
       check_reductions<float, braid::sum<>>(c, braid::op_kind::sum, large); // large, odd
+#ifndef BRAID_TEST_MPI_CUDA
+      check_rounds(c);
+#endif
 #ifdef BRAID_TEST_MPI_CUDA
       if (!quick) fail("test_mpi_cuda runs --quick only (the other types are not compiled into it, to keep its build short)");
 #else

@@ -5,8 +5,9 @@
 // operands of a float sum commute exactly), so the whole result is fixed by the text:
 //   p_h = x_a + x_b (or x_a alone), result = (...((p_0 + p_1) + p_2) ...) + p_{H-1}.
 // float sum on values of mixed magnitudes (tests/comm/orders_values.hpp); all_reduce, reduce (root
-// H-1's last rank) and reduce_scatter; a count whose inter-host step rides in the 208-byte check
-// exchange (7) and two that do not (1000, 100003). The program also checks that a flat fold in rank
+// H-1's last rank) and reduce_scatter; a count whose inter-host step rides in the check's 208-byte
+// blocks (7), one whose all_reduce slice is sent whole beside them (150: one round, every member
+// reduces every copy) and two that take two-shot (1000, 100003). The program also checks that a flat fold in rank
 // order, or in reverse rank order, differs from the rule on this data and layout (2 x 2 interleaved:
 // the host grouping; 3 x 1 and 2 + 1: the direction), so another order could not pass.
 //
@@ -53,7 +54,7 @@ int main(int argc, char** argv) {
       }
     const int root = L.members[static_cast<std::size_t>(L.hosts - 1)].back();
     bool differs = false; // a flat fold in rank order or in reverse rank order, against the documented rule
-    for (const u64 count : {u64{7}, u64{1000}, u64{100003}}) {
+    for (const u64 count : {u64{7}, u64{150}, u64{1000}, u64{100003}}) {
       const u64 un = static_cast<u64>(n);
       for (u64 g = 0; g < count * un && !differs; ++g)
         differs = documented(L, g) != orders_rule::fold(opk::sum, orders_rule::rank_order(n), g) ||
@@ -86,7 +87,7 @@ int main(int argc, char** argv) {
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (r == 0)
-      std::printf("test_mpi_orders: %d ranks on %d hosts: all_reduce, reduce, reduce_scatter of 7, 1000 and 100003 floats: %s\n", n,
+      std::printf("test_mpi_orders: %d ranks on %d hosts: all_reduce, reduce, reduce_scatter of 7, 150, 1000 and 100003 floats: %s\n", n,
                   L.hosts, all ? "FAILED" : "the documented order, bit for bit");
     failures = all;
   }

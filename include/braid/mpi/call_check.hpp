@@ -5,22 +5,29 @@
 // Every rank that takes part in the inter-host stage (uniform layouts: every rank, on its cross
 // communicator; otherwise the local ranks 0) folds each call with a non-zero count into a 64-bit call
 // word, chained over its calls like the host transport's (schedule/call_word.hpp; count-0 calls, which
-// move nothing, are not counted). Its first inter-host MPI call, whatever the collective, is
-// exchange(): an MPI_Allgather of one block_bytes block per member, {word, the call's description, up
-// to inline_bytes of the call's data}. Every member receives the same H blocks and compares every word
-// with its own before it reads any payload, so all members reach the same verdict; on a difference
-// each publishes the message (naming both calls) to its host's communicator and raises mismatch_error.
-// The exchange has the same size and type whatever the calls, so it is always a matching MPI call, and
-// the exchanges whose sizes depend on the call (where MPI may truncate, hang or mix messages) start
-// only after it passed. A blocking MPI call: MPI's semantics, no deadline.
+// move nothing, are not counted). Its first inter-host step, whatever the collective, is exchange():
+// one round of point-to-point messages in which every member sends every other member exactly one
+// block, {word, the call's description, the bytes it sends that member, up to inline_bytes of them},
+// and, where those bytes do not fit in the block, one data message after it. A block is at most
+// block_bytes long (only the bytes used are sent) and is received into block_bytes, whatever the
+// calls, so its receive always matches and is never truncated. Every member
+// receives every other member's block and compares every word with its own before it posts a receive
+// for any data message, so all members reach the same verdict, and nothing is written to the caller's
+// memory before it. On a difference each member still receives (and drops) every data message announced
+// to it, so no sender waits on a receive that never comes, then publishes the message (naming both
+// calls) to its host's communicator and raises mismatch_error. So the check costs no round of its own:
+// the call's data rides with the words (docs/benchmarks.md, "The inter-host call check"). Blocking MPI
+// calls: MPI's semantics, no deadline.
 // Needs <mpi.h>: this header is not part of <braid/braid.hpp>.
 #pragma once
 
 #include <mpi.h>
 
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -31,9 +38,20 @@
 
 namespace braid::mpi::detail {
 
+// What one member sends to member k of the exchange, and where what member k sends it goes: bytes of
+// host memory (or memory MPI can read and write in place). recv == nullptr: read the payload from the
+// block (call_check::payload_of; only where recv_bytes <= inline_bytes).
+struct route {
+  const void* send = nullptr;
+  std::size_t send_bytes = 0;
+  void* recv = nullptr;
+  std::size_t recv_bytes = 0;
+};
+
 class call_check {
 public:
   static constexpr std::size_t block_bytes = 256, header_bytes = 48, inline_bytes = block_bytes - header_bytes;
+  static constexpr int block_tag = 0x62726b, data_tag = 0x627264; // on the cross communicator only
 
   // Folds this call into the word if this rank takes part in the inter-host stage and the call moves
   // something; the exchange is then pending (the call's first inter-host MPI call must be exchange()).
@@ -47,37 +65,120 @@ public:
   }
   bool pending() const noexcept { return pending_; }
 
-  // The check on `hc`'s cross communicator, carrying `bytes` (<= inline_bytes) of `payload` (host
-  // memory); returns the H blocks, member j's at j * block_bytes, its payload at header_bytes (16-byte
-  // aligned). Cross-communicator member j is host j. On a difference: publish(message), then
-  // mismatch_error with that message.
+  // The check on `hc`'s cross communicator (member j is host j), carrying the step's data: routes[k]
+  // for every member k, this one's included (its bytes are copied). Every byte count is a multiple of
+  // elem_bytes (the data messages are elem_bytes-byte elements of type `t`, at most INT_MAX of them).
+  // Returns the H received blocks, member j's at j * block_bytes, its payload at header_bytes (16-byte
+  // aligned): where routes[j].recv is null, the payload from member j is read there. On a difference:
+  // publish(message), then mismatch_error with that message.
   template <class Publish>
-  const std::byte* exchange(const void* payload, std::size_t bytes, const host_comms& hc, const error_context& ctx, Publish&& publish) {
+  const std::byte* exchange(std::span<const route> routes, MPI_Datatype t, std::size_t elem_bytes, const host_comms& hc, const error_context& ctx,
+                            Publish&& publish) {
     pending_ = false;
-    const std::size_t H = static_cast<std::size_t>(hc.layout.hosts), words = block_bytes / sizeof(std::uint64_t);
-    if (xbuf_.size() < (H + 1) * words) xbuf_.resize((H + 1) * words);
-    std::uint64_t* mine = xbuf_.data();
-    mine[0] = word_;
-    for (std::size_t i = 0; i < 4; ++i) mine[1 + i] = desc_[i];
-    if (bytes) std::memcpy(reinterpret_cast<std::byte*>(mine) + header_bytes, payload, bytes);
-    std::byte* all = reinterpret_cast<std::byte*>(xbuf_.data() + words);
-    BRAID_MPI_CHECK_CTX(MPI_Allgather(mine, static_cast<int>(block_bytes), MPI_BYTE, all, static_cast<int>(block_bytes), MPI_BYTE, hc.cross.get()), ctx);
+    const std::size_t H = static_cast<std::size_t>(hc.layout.hosts), me = static_cast<std::size_t>(hc.layout.host);
+    const MPI_Comm comm = hc.cross.get();
+    constexpr std::size_t words = block_bytes / sizeof(std::uint64_t);
+    if (xbuf_.size() < 2 * H * words) xbuf_.resize(2 * H * words);
+    std::byte* out = reinterpret_cast<std::byte*>(xbuf_.data()); // the blocks this member sends, by member
+    std::byte* all = out + H * block_bytes;                         // the blocks it receives, by member
+    reqs_.clear();
+    drop_.clear();
+    // Two members: one MPI_Sendrecv of the blocks (after the data message, if any). More: the block
+    // receives first (they lead reqs_), so that the blocks land in place, then every send.
+    const bool pair = H == 2;
+    const std::size_t blocks = pair ? 0 : H - 1;
+    if (!pair)
+      for (std::size_t k = 0; k < H; ++k)
+        if (k != me) post(MPI_Irecv(all + k * block_bytes, static_cast<int>(block_bytes), MPI_BYTE, static_cast<int>(k), block_tag, comm, &next()), ctx);
+    std::size_t used = 0;
+    for (std::size_t k = 0; k < H; ++k) {
+      const route& r = routes[k];
+      std::byte* b = k == me ? all + k * block_bytes : out + k * block_bytes;
+      const std::uint64_t h[6] = {word_, desc_[0], desc_[1], desc_[2], desc_[3], r.send_bytes};
+      std::memcpy(b, h, sizeof(h));
+      if (r.send_bytes <= inline_bytes && r.send_bytes) std::memcpy(b + header_bytes, r.send, r.send_bytes);
+      if (k == me) continue;
+      if (r.send_bytes > inline_bytes)
+        post(MPI_Isend(r.send, elements(r.send_bytes, elem_bytes, ctx), t, static_cast<int>(k), data_tag, comm, &next()), ctx);
+      used = header_bytes + (r.send_bytes <= inline_bytes ? r.send_bytes : 0); // a receive may be longer than its message
+      if (!pair) post(MPI_Isend(b, static_cast<int>(used), MPI_BYTE, static_cast<int>(k), block_tag, comm, &next()), ctx);
+    }
+    if (pair) {
+      const std::size_t k = 1 - me;
+      BRAID_MPI_CHECK_CTX(MPI_Sendrecv(out + k * block_bytes, static_cast<int>(used), MPI_BYTE, static_cast<int>(k), block_tag, all + k * block_bytes,
+                                       static_cast<int>(block_bytes), MPI_BYTE, static_cast<int>(k), block_tag, comm, MPI_STATUS_IGNORE),
+                          ctx);
+    } else {
+      BRAID_MPI_CHECK_CTX(MPI_Waitall(static_cast<int>(blocks), reqs_.data(), MPI_STATUSES_IGNORE), ctx);
+    }
+    // The verdict, from the words alone; then the sizes (equal words: the same call, so the same sizes).
+    std::size_t differs = H;
+    bool sizes_agree = true;
     for (std::size_t j = 0; j < H; ++j) {
-      std::uint64_t h[5];
-      std::memcpy(h, all + j * block_bytes, sizeof(h));
-      if (BRAID_UNLIKELY(h[0] != word_)) {
-        const std::string m = mismatch_message(hc.layout, static_cast<int>(j), {h[1], h[2], h[3], h[4]});
-        publish(m);
-        raise(errc::mismatch, m, ctx);
+      const std::uint64_t* h = header(all, j);
+      if (h[0] != word_ && differs == H) differs = j;
+      if (h[5] != routes[j].recv_bytes) sizes_agree = false;
+    }
+    const bool ok = differs == H && sizes_agree;
+    for (std::size_t j = 0; j < H; ++j) {
+      const std::size_t bytes = header(all, j)[5];
+      const route& r = routes[j];
+      if (j == me) {
+        if (ok && r.recv && bytes) std::memmove(r.recv, r.send, bytes);
+      } else if (bytes > inline_bytes) {
+        if (ok) post(MPI_Irecv(r.recv, elements(bytes, elem_bytes, ctx), t, static_cast<int>(j), data_tag, comm, &next()), ctx);
+        else drain(all, j, comm, ctx);
+      } else if (ok && r.recv && bytes) {
+        std::memcpy(r.recv, all + j * block_bytes + header_bytes, bytes);
       }
     }
+    BRAID_MPI_CHECK_CTX(MPI_Waitall(static_cast<int>(reqs_.size() - blocks), reqs_.data() + blocks, MPI_STATUSES_IGNORE), ctx);
+    if (BRAID_UNLIKELY(!ok)) {
+      if (differs == H) raise(errc::internal, "braid::mpi: the inter-host exchange's sizes differ between equal calls (a bug in braid)", ctx);
+      const std::uint64_t* h = header(all, differs);
+      const std::string m = mismatch_message(hc.layout, static_cast<int>(differs), {h[1], h[2], h[3], h[4]});
+      publish(m);
+      raise(errc::mismatch, m, ctx);
+    }
     return all;
+  }
+  // The check alone: blocks without data.
+  template <class Publish> void exchange(const host_comms& hc, const error_context& ctx, Publish&& publish) {
+    routes_.assign(static_cast<std::size_t>(hc.layout.hosts), route{});
+    (void)exchange(routes_, MPI_BYTE, 1, hc, ctx, publish);
   }
   template <class T> static const T* payload_of(const std::byte* all, std::size_t j) {
     return reinterpret_cast<const T*>(all + j * block_bytes + header_bytes);
   }
 
 private:
+  static const std::uint64_t* header(const std::byte* all, std::size_t j) {
+    return reinterpret_cast<const std::uint64_t*>(all + j * block_bytes); // blocks are 8-byte aligned
+  }
+  MPI_Request& next() { return reqs_.emplace_back(MPI_REQUEST_NULL); }
+  static void post(int rc, const error_context& ctx) { BRAID_MPI_CHECK_CTX(rc, ctx); }
+  static int elements(std::size_t bytes, std::size_t elem_bytes, const error_context& ctx) {
+    if (bytes % elem_bytes || bytes / elem_bytes > static_cast<std::size_t>(INT_MAX))
+      raise(errc::internal, "braid::mpi: an inter-host data message of " + std::to_string(bytes) + " bytes is not a whole number of at most INT_MAX elements", ctx);
+    return static_cast<int>(bytes / elem_bytes);
+  }
+  // Receives and drops the data message member j announced (a mismatched call: its size is the
+  // sender's). Elements of the sender's element size, so that any size its own checks allowed fits in
+  // one int count.
+  void drain(const std::byte* all, std::size_t j, MPI_Comm comm, const error_context& ctx) {
+    const std::uint64_t* h = header(all, j);
+    std::uint64_t esize = h[1] >> 32;
+    if (esize == 0 || h[5] % esize || h[5] / esize > std::uint64_t{INT_MAX}) esize = 1;
+    drop_.emplace_back(h[5]);
+    MPI_Datatype dt = MPI_BYTE;
+    if (esize > 1) {
+      BRAID_MPI_CHECK_CTX(MPI_Type_contiguous(static_cast<int>(esize), MPI_BYTE, &dt), ctx);
+      BRAID_MPI_CHECK_CTX(MPI_Type_commit(&dt), ctx);
+    }
+    const int rc = MPI_Irecv(drop_.back().data(), static_cast<int>(h[5] / esize), dt, static_cast<int>(j), data_tag, comm, &next());
+    if (esize > 1) MPI_Type_free(&dt); // freed types stay valid for pending requests
+    post(rc, ctx);
+  }
   static std::string describe(const braid::detail::call_description& d) {
     std::string s = std::string(name(static_cast<collective>(d[0] & 0xff)));
     if ((d[0] & 0xffffff00u) != 0xffffff00u) {
@@ -94,11 +195,15 @@ private:
   }
 
   // Calls counted, the chained word, this call's description, whether this call's exchange is still to
-  // come, and the exchange's blocks (this member's, then H).
+  // come, the blocks (sent, by member; then received, by member), the requests of one exchange (the
+  // block receives first), the routes of a check without data, and dropped data of a mismatch.
   std::uint64_t checked_ = 0, word_ = 0;
   braid::detail::call_description desc_{};
   bool pending_ = false;
   std::vector<std::uint64_t> xbuf_;
+  std::vector<MPI_Request> reqs_;
+  std::vector<route> routes_;
+  std::vector<std::vector<std::byte>> drop_;
 };
 
 } // namespace braid::mpi::detail

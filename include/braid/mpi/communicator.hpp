@@ -6,28 +6,32 @@
 // the same order with the same counts, roots and operators; calls are blocking.
 //
 // Algorithms (H hosts of L ranks each; "uniform" when every host has the same L). Every inter-host step
-// below starts with the call check (exchange(), call_check.hpp: one MPI_Allgather of 256 bytes per
-// member); where the step's data per member fits in its 208 payload bytes the step is that exchange
-// alone (each member reduces or copies every member's block), the MPI calls named below only above it:
+// below starts with the call check (exchange(), call_check.hpp: one round of point-to-point messages,
+// a 256-byte block from every member to every other, carrying the call word and up to 208 bytes of
+// data, plus one data message per pair where the data does not fit). The step's first data exchange
+// rides in that round, so the check costs no round of its own:
 //   all_reduce      uniform: reduce_scatter inside each host (slice l of ceil(count/L) to local rank l),
-//                   the slices across hosts among the ranks with the same local rank (MPI_Alltoallv of
-//                   1/H pieces, each piece reduced by its owner, MPI_Allgatherv), all_gather inside
-//                   each host. Otherwise: reduce to local rank 0, the same exchange among the local
-//                   ranks 0, broadcast inside each host.
+//                   the slices across hosts among the ranks with the same local rank (up to 1 KiB:
+//                   every member sends its slice to all and each reduces all of it; above: two-shot,
+//                   1/H pieces to their owners in the check's round, each piece reduced by its owner,
+//                   MPI_Allgatherv), all_gather inside each host. Otherwise: reduce to local rank 0,
+//                   the same exchange among the local ranks 0, broadcast inside each host.
 //   reduce_scatter  uniform: inputs repacked so that local rank l's block group holds the blocks of the
-//                   ranks (h, l) of every host h, reduce_scatter inside the host, MPI_Alltoall of the
-//                   blocks across hosts, reduction by the owner. Otherwise: reduce to local rank 0,
-//                   MPI_Alltoallv of each host's blocks among the local ranks 0, broadcast inside the
-//                   host (each rank keeps its block).
-//   all_gather      uniform: MPI_Allgather across hosts among equal local ranks, all_gather inside the
-//                   host. Otherwise: all_gather inside the host, MPI_Allgatherv among local ranks 0,
-//                   broadcast inside the host.
-//   broadcast       uniform: MPI_Bcast among the ranks with the root's local rank, broadcast inside
-//                   each host. Otherwise: broadcast on the root's host, MPI_Bcast among local ranks 0,
-//                   broadcast inside the other hosts.
+//                   ranks (h, l) of every host h, reduce_scatter inside the host, the blocks to their
+//                   hosts in the check's round, reduction by the owner. Otherwise: reduce to local
+//                   rank 0, each host's blocks to that host's local rank 0 in the check's round,
+//                   broadcast inside the host (each rank keeps its block).
+//   all_gather      uniform: the block to every host among equal local ranks in the check's round,
+//                   all_gather inside the host. Otherwise: all_gather inside the host, the host's
+//                   blocks to every local rank 0 in the check's round, broadcast inside the host.
+//   broadcast       uniform: the root's host sends the data to the ranks with the root's local rank in
+//                   the check's round (2 hosts, or (H - 1) x bytes <= 1 MiB; otherwise MPI_Bcast after
+//                   the check), broadcast inside each host. Otherwise: the check among local ranks 0,
+//                   broadcast on the root's host, MPI_Bcast among local ranks 0, broadcast inside the
+//                   other hosts.
 //   reduce          an all_reduce whose result only the root keeps (costs what all_reduce costs).
-//   barrier         barrier inside the host, the call check (below; an all-reduce, so a barrier) among
-//                   the ranks of the inter-host stage, barrier inside the host.
+//   barrier         barrier inside the host, the call check (a round between every pair, so a barrier)
+//                   among the ranks of the inter-host stage, barrier inside the host.
 // With one host every call goes straight to the host communicator (exactly braid's own result).
 //
 // Guarantees
@@ -39,11 +43,12 @@
 //    floating sums differ from a flat reduction only by the rounding of the host partials to T.
 //  * Any element type and operator braid supports: MPI moves bytes (contiguous MPI_BYTE types) and
 //    braid's reduction loop does the arithmetic, so no MPI_Op is involved and no MPI_Allreduce rounding.
-//  * Mismatched calls across hosts raise mismatch_error on every rank before any exchange whose size
-//    depends on the call: the first inter-host MPI call of the ranks of the inter-host stage (uniform:
-//    all; otherwise local ranks 0) is always one fixed-size MPI_Allgather carrying a chained call word
-//    (exchange(), call_check.hpp), compared before anything else is read, a difference published to
-//    the host's ranks. Up to inline_bytes per member the call's data rides in it and no other MPI call follows.
+//  * Mismatched calls across hosts raise mismatch_error on every rank before anything a peer sent is
+//    written to a caller's buffer and before any MPI collective whose size depends on the call: the
+//    first inter-host step of the ranks of the inter-host stage (uniform: all; otherwise local ranks 0)
+//    is always the check's round (exchange(), call_check.hpp), whose fixed-size blocks carry a chained
+//    call word and the size of any data message that follows; every word is compared before a data
+//    message is received, and a difference is published to the host's ranks.
 //    Inside a host the host communicator's call words compare the intra-host stages.
 //  * Bad arguments raise invalid_argument on this rank before anything moves. Any error during a call
 //    (an MPI error, converted to braid::system_error, or an error of the host communicator) makes this
@@ -184,7 +189,7 @@ public:
       // The call check among the ranks that take part in the inter-host stage (every rank of a
       // uniform layout, the local ranks 0 otherwise) is an all-gather: it is the inter-host barrier.
       start_check<collective::barrier, std::uint8_t, braid::detail::copy_only>(1, 0);
-      if (check_.pending()) (void)exchange(nullptr, 0);
+      if (check_.pending()) check_only();
       local_.barrier();
     });
   }
@@ -234,7 +239,7 @@ private:
     ++seq_;
     try {
       f();
-      if (check_.pending()) (void)exchange(nullptr, 0); // a checking rank without an exchange: none with these algorithms
+      if (check_.pending()) check_only(); // a checking rank without an exchange: none with these algorithms
     } catch (const std::exception& e) {
       failed_ = true;
       failure_ = e.what();
@@ -247,11 +252,25 @@ private:
   // further MPI call), so for small messages the word costs no round of its own. A mismatch is
   // published to the host communicator, whose other ranks raise it from their waits.
   static constexpr std::size_t inline_bytes = detail::call_check::inline_bytes;
+  // Up to this many bytes of slice, cross_all_reduce sends all of it to every member and each reduces
+  // every member's copy (one round) instead of two-shot (two rounds); measured at 2 hosts: 512 bytes
+  // 0.74x the two-shot time (docs/benchmarks.md, 2026-11-28).
+  static constexpr std::size_t one_round_bytes = 1024;
+  // A broadcast's data rides in the check's exchange (the root's host sends it to every other host)
+  // where there are 2 hosts or (hosts - 1) x its bytes are at most this; otherwise MPI_Bcast follows.
+  static constexpr std::size_t fanout_bytes = std::size_t{1} << 20;
   template <collective c, class T, class Op> void start_check(std::size_t count, int root) {
     check_.start<c, T, Op>(hc_.layout, count, root);
   }
-  const std::byte* exchange(const void* payload, std::size_t bytes) {
-    return check_.exchange(payload, bytes, hc_, ctx(), [&](const std::string& m) { local_.publish_failure(errc::mismatch, m); });
+  // The check carrying the step's data (routes_, one per member; call_check.hpp), elements of T.
+  template <class T> const std::byte* exchange() {
+    return check_.exchange(std::span<const detail::route>(routes_), type_of(sizeof(T)), sizeof(T), hc_, ctx(),
+                           [&](const std::string& m) { local_.publish_failure(errc::mismatch, m); });
+  }
+  void check_only() { check_.exchange(hc_, ctx(), [&](const std::string& m) { local_.publish_failure(errc::mismatch, m); }); }
+  std::vector<detail::route>& routes(std::size_t H) {
+    routes_.assign(H, detail::route{});
+    return routes_;
   }
   template <class T> static const T* payload_of(const std::byte* all, std::size_t j) { return detail::call_check::payload_of<T>(all, j); }
 
@@ -289,33 +308,36 @@ private:
   }
 
   // Across the members of `comm` (H of them, this one is `me`): data[0, n) becomes the reduction, in
-  // member order, of every member's data. Up to inline_bytes: every member reduces all of it from the
-  // check's blocks (one exchange); above: two-shot, piece j reduced by member j, then gathered. Each
-  // element is reduced over the same operands in the same order either way (the same bits).
+  // member order, of every member's data. Up to one_round_bytes: every member sends all of it to every
+  // member in the check's round (inside the blocks up to inline_bytes) and reduces every member's copy;
+  // above: two-shot, piece j reduced by member j (the pieces ride in the check's round), then
+  // gathered. Each element is reduced over the same operands in the same order either way (the same
+  // bits).
   template <class T, class Op> void cross_all_reduce(T* data, std::size_t n, MPI_Comm comm, int H, int me, const Op& op) {
-    if (n * sizeof(T) <= inline_bytes) {
-      const std::byte* all = exchange(data, n * sizeof(T));
+    auto& r = routes(static_cast<std::size_t>(H));
+    if (n * sizeof(T) <= one_round_bytes) {
+      const bool in_blocks = n * sizeof(T) <= inline_bytes;
+      T* copies = in_blocks ? nullptr : staging<T>(static_cast<std::size_t>(H) * n);
+      for (std::size_t j = 0; j < r.size(); ++j) r[j] = {data, n * sizeof(T), in_blocks ? nullptr : copies + j * n, n * sizeof(T)};
+      const std::byte* all = exchange<T>();
       std::vector<const T*> src(static_cast<std::size_t>(H));
-      for (std::size_t j = 0; j < src.size(); ++j) src[j] = payload_of<T>(all, j);
+      for (std::size_t j = 0; j < src.size(); ++j) src[j] = in_blocks ? payload_of<T>(all, j) : copies + j * n;
       reduce_n<T>(src.data(), H, data, nullptr, n, op, true, hc_.layout.size);
       return;
     }
-    (void)exchange(nullptr, 0);
-    std::vector<int> cnt(static_cast<std::size_t>(H)), off(static_cast<std::size_t>(H)), rc(static_cast<std::size_t>(H)), ro(static_cast<std::size_t>(H));
+    std::vector<int> cnt(static_cast<std::size_t>(H)), off(static_cast<std::size_t>(H));
     for (int j = 0, o = 0; j < H; ++j) {
       cnt[static_cast<std::size_t>(j)] = static_cast<int>(n / static_cast<std::size_t>(H) + (static_cast<std::size_t>(j) < n % static_cast<std::size_t>(H)));
       off[static_cast<std::size_t>(j)] = o;
       o += cnt[static_cast<std::size_t>(j)];
     }
-    const int mine = cnt[static_cast<std::size_t>(me)];
-    for (int j = 0; j < H; ++j) {
-      rc[static_cast<std::size_t>(j)] = mine;
-      ro[static_cast<std::size_t>(j)] = j * mine;
-    }
-    T* pieces = staging<T>(static_cast<std::size_t>(H) * static_cast<std::size_t>(mine));
+    const std::size_t mine = static_cast<std::size_t>(cnt[static_cast<std::size_t>(me)]);
+    T* pieces = staging<T>(static_cast<std::size_t>(H) * mine);
     const MPI_Datatype t = type_of(sizeof(T));
-    BRAID_MPI_CHECK_CTX(MPI_Alltoallv(data, cnt.data(), off.data(), t, pieces, rc.data(), ro.data(), t, comm), ctx());
-    reduce_pieces(pieces, H, static_cast<std::size_t>(mine), data + off[static_cast<std::size_t>(me)], op);
+    for (std::size_t j = 0; j < r.size(); ++j)
+      r[j] = {data + off[j], static_cast<std::size_t>(cnt[j]) * sizeof(T), pieces + j * mine, mine * sizeof(T)};
+    (void)exchange<T>(); // every member's piece j to member j: the MPI_Alltoallv of two-shot
+    reduce_pieces(pieces, H, mine, data + off[static_cast<std::size_t>(me)], op);
     BRAID_MPI_CHECK_CTX(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, cnt.data(), off.data(), t, comm), ctx());
   }
 
@@ -365,7 +387,6 @@ private:
     if (L.hosts == 1) return local_.reduce_scatter(in, out, rc, op);
     const detail::without_finalize<Op, T> part{op};
     const std::size_t H = static_cast<std::size_t>(L.hosts), N = static_cast<std::size_t>(L.size);
-    const MPI_Datatype t = type_of(sizeof(T));
     if (L.uniform) {
       const std::size_t n = static_cast<std::size_t>(L.local_size), l = static_cast<std::size_t>(L.local_rank);
       T* packed = scratch<T>(N * rc); // group l = blocks of ranks (0, l), (1, l), ..., (H-1, l)
@@ -374,16 +395,10 @@ private:
           std::memcpy(static_cast<void*>(packed + (g * H + h) * rc), in + static_cast<std::size_t>(L.members[h][g]) * rc, rc * sizeof(T));
       T* group = packed + l * H * rc;
       local_.reduce_scatter(packed, group, H * rc, part);
-      if (H * rc * sizeof(T) <= inline_bytes) { // member h's block for this member, from the check's blocks
-        const std::byte* all = exchange(group, H * rc * sizeof(T));
-        std::vector<const T*> src(H);
-        for (std::size_t h = 0; h < H; ++h) src[h] = payload_of<T>(all, h) + static_cast<std::size_t>(L.host) * rc;
-        reduce_n<T>(src.data(), L.hosts, out, nullptr, rc, op, true, L.size);
-        return;
-      }
-      (void)exchange(nullptr, 0);
       T* pieces = staging<T>(H * rc);
-      BRAID_MPI_CHECK_CTX(MPI_Alltoall(group, static_cast<int>(rc), t, pieces, static_cast<int>(rc), t, hc_.cross.get()), ctx());
+      auto& r = routes(H); // block h of the group to host h (an MPI_Alltoall), in the check's exchange
+      for (std::size_t h = 0; h < H; ++h) r[h] = {group + h * rc, rc * sizeof(T), pieces + h * rc, rc * sizeof(T)};
+      (void)exchange<T>();
       reduce_pieces(pieces, L.hosts, rc, out, op);
       return;
     }
@@ -406,16 +421,11 @@ private:
         rcn[h] = mine;
         ro[h] = static_cast<int>(h) * mine;
       }
-      if (N * rc * sizeof(T) <= inline_bytes) {
-        const std::byte* all = exchange(send, N * rc * sizeof(T));
-        std::vector<const T*> src(H);
-        for (std::size_t h = 0; h < H; ++h) src[h] = payload_of<T>(all, h) + so[static_cast<std::size_t>(L.host)];
-        reduce_n<T>(src.data(), L.hosts, host_result, nullptr, static_cast<std::size_t>(mine), op, true, L.size);
-      } else {
-        (void)exchange(nullptr, 0);
-        BRAID_MPI_CHECK_CTX(MPI_Alltoallv(send, sc.data(), so.data(), t, recv, rcn.data(), ro.data(), t, hc_.cross.get()), ctx());
-        reduce_pieces(recv, L.hosts, static_cast<std::size_t>(mine), host_result, op);
-      }
+      auto& r = routes(H); // host h's blocks to host h (an MPI_Alltoallv), in the check's exchange
+      for (std::size_t h = 0; h < H; ++h)
+        r[h] = {send + so[h], static_cast<std::size_t>(sc[h]) * sizeof(T), recv + ro[h], static_cast<std::size_t>(rcn[h]) * sizeof(T)};
+      (void)exchange<T>();
+      reduce_pieces(recv, L.hosts, static_cast<std::size_t>(mine), host_result, op);
     }
     const std::size_t hn = static_cast<std::size_t>(L.local_size) * rc;
     local_.broadcast(host_result, host_result, hn, 0);
@@ -427,17 +437,12 @@ private:
     if (sc == 0) return;
     if (L.hosts == 1) return local_.all_gather(in, out, sc);
     const std::size_t H = static_cast<std::size_t>(L.hosts), N = static_cast<std::size_t>(L.size);
-    const MPI_Datatype t = type_of(sizeof(T));
     if (L.uniform) {
       const std::size_t n = static_cast<std::size_t>(L.local_size), l = static_cast<std::size_t>(L.local_rank);
       T* buf = scratch<T>(N * sc); // group g = blocks of ranks (0, g), ..., (H-1, g)
-      if (sc * sizeof(T) <= inline_bytes) {
-        const std::byte* all = exchange(in, sc * sizeof(T));
-        for (std::size_t h = 0; h < H; ++h) std::memcpy(static_cast<void*>(buf + (l * H + h) * sc), payload_of<T>(all, h), sc * sizeof(T));
-      } else {
-        (void)exchange(nullptr, 0);
-        BRAID_MPI_CHECK_CTX(MPI_Allgather(in, static_cast<int>(sc), t, buf + l * H * sc, static_cast<int>(sc), t, hc_.cross.get()), ctx());
-      }
+      auto& r = routes(H); // the block to every host (an MPI_Allgather), in the check's exchange
+      for (std::size_t h = 0; h < H; ++h) r[h] = {in, sc * sizeof(T), buf + (l * H + h) * sc, sc * sizeof(T)};
+      (void)exchange<T>();
       local_.all_gather(buf + l * H * sc, buf, H * sc);
       for (std::size_t g = 0; g < n; ++g)
         for (std::size_t h = 0; h < H; ++h)
@@ -455,14 +460,9 @@ private:
         off[h] = static_cast<int>(o);
         o += static_cast<std::size_t>(cnt[h]);
       }
-      if (N * sc * sizeof(T) <= inline_bytes) { // every host's blocks fit (N >= any host's size)
-        const std::byte* x = exchange(buf, hn * sizeof(T));
-        for (std::size_t h = 0; h < H; ++h)
-          std::memcpy(static_cast<void*>(all + off[h]), payload_of<T>(x, h), static_cast<std::size_t>(cnt[h]) * sizeof(T));
-      } else {
-        (void)exchange(nullptr, 0);
-        BRAID_MPI_CHECK_CTX(MPI_Allgatherv(buf, static_cast<int>(hn), t, all, cnt.data(), off.data(), t, hc_.cross.get()), ctx());
-      }
+      auto& r = routes(H); // this host's blocks to every host (an MPI_Allgatherv), in the check's exchange
+      for (std::size_t h = 0; h < H; ++h) r[h] = {buf, hn * sizeof(T), all + off[h], static_cast<std::size_t>(cnt[h]) * sizeof(T)};
+      (void)exchange<T>();
     }
     local_.broadcast(all, all, N * sc, 0);
     for (std::size_t h = 0, o = 0; h < H; ++h)
@@ -481,17 +481,26 @@ private:
     const int c = static_cast<int>(count);
     if (L.uniform) {
       if (L.rank == root && in != out) std::memcpy(static_cast<void*>(out), in, count * sizeof(T));
-      // Every rank checks; the members of the root's local rank carry the data, inline when it fits.
-      const bool carries = L.local_rank == rl, fits = count * sizeof(T) <= inline_bytes;
-      const std::byte* all = exchange(out, carries && fits && L.host == rh ? count * sizeof(T) : 0);
-      if (carries && fits && L.host != rh) std::memcpy(static_cast<void*>(out), payload_of<T>(all, static_cast<std::size_t>(rh)), count * sizeof(T));
-      if (carries && !fits) BRAID_MPI_CHECK_CTX(MPI_Bcast(out, c, t, rh, hc_.cross.get()), ctx());
+      // Every rank checks; the members of the root's local rank carry the data: in the check's
+      // exchange, the root's host sending it to every other host, where that costs the root's host
+      // little (2 hosts, or at most fanout_bytes in all), otherwise by MPI_Bcast after the check.
+      const std::size_t H = static_cast<std::size_t>(L.hosts), bytes = count * sizeof(T);
+      const bool carries = L.local_rank == rl, rides = H == 2 || (H - 1) * bytes <= fanout_bytes;
+      auto& r = routes(H);
+      if (carries && rides && L.host == rh) {
+        for (std::size_t h = 0; h < H; ++h)
+          if (h != static_cast<std::size_t>(rh)) r[h] = {out, bytes, nullptr, 0};
+      } else if (carries && rides) {
+        r[static_cast<std::size_t>(rh)] = {nullptr, 0, out, bytes};
+      }
+      (void)exchange<T>();
+      if (carries && !rides) BRAID_MPI_CHECK_CTX(MPI_Bcast(out, c, t, rh, hc_.cross.get()), ctx());
       local_.broadcast(out, out, count, rl);
       return;
     }
     // The leaders compare before the root's host moves anything: its other ranks leave the call after
     // this local broadcast, so they must find a mismatch published by then.
-    if (L.local_rank == 0) (void)exchange(nullptr, 0);
+    if (L.local_rank == 0) check_only();
     if (L.host == rh) local_.broadcast(in, out, count, rl);
     if (L.local_rank == 0) BRAID_MPI_CHECK_CTX(MPI_Bcast(out, c, t, rh, hc_.cross.get()), ctx());
     if (L.host != rh) local_.broadcast(out, out, count, 0);
@@ -504,6 +513,7 @@ private:
   const char* what_ = nullptr;
   std::uint64_t seq_ = 0;
   detail::call_check check_; // the inter-host call check
+  std::vector<detail::route> routes_; // its exchange's routes, one per member
   std::map<std::size_t, MPI_Datatype> types_;
   buffer<std::uint64_t> scratch_;
   std::vector<std::uint64_t> staging_;
