@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -51,7 +52,9 @@ struct route {
 class call_check {
 public:
   static constexpr std::size_t block_bytes = 256, header_bytes = 48, inline_bytes = block_bytes - header_bytes;
-  static constexpr int block_tag = 0x62726b, data_tag = 0x627264; // on the cross communicator only
+  // Tags on the cross communicator (braid's own, used for nothing else); below the 32767 every MPI
+  // must allow (MPI_TAG_UB).
+  static constexpr int block_tag = 11, data_tag = 12;
 
   // Folds this call into the word if this rank takes part in the inter-host stage and the call moves
   // something; the exchange is then pending (the call's first inter-host MPI call must be exchange()).
@@ -163,19 +166,21 @@ private:
     return static_cast<int>(bytes / elem_bytes);
   }
   // Receives and drops the data message member j announced (a mismatched call: its size is the
-  // sender's). Elements of the sender's element size, so that any size its own checks allowed fits in
-  // one int count.
+  // sender's). Elements of the sender's element size (its description's), so that any size its own
+  // checks allowed fits in one int count; memory not zeroed.
   void drain(const std::byte* all, std::size_t j, MPI_Comm comm, const error_context& ctx) {
     const std::uint64_t* h = header(all, j);
     std::uint64_t esize = h[1] >> 32;
-    if (esize == 0 || h[5] % esize || h[5] / esize > std::uint64_t{INT_MAX}) esize = 1;
-    drop_.emplace_back(h[5]);
+    if (esize == 0 || h[5] % esize) esize = 1;
+    if (h[5] / esize > std::uint64_t{INT_MAX})
+      raise(errc::internal, "braid::mpi: a peer announced an inter-host data message of " + std::to_string(h[5]) + " bytes, more than INT_MAX elements", ctx);
+    drop_.emplace_back(new std::byte[h[5]]);
     MPI_Datatype dt = MPI_BYTE;
     if (esize > 1) {
       BRAID_MPI_CHECK_CTX(MPI_Type_contiguous(static_cast<int>(esize), MPI_BYTE, &dt), ctx);
       BRAID_MPI_CHECK_CTX(MPI_Type_commit(&dt), ctx);
     }
-    const int rc = MPI_Irecv(drop_.back().data(), static_cast<int>(h[5] / esize), dt, static_cast<int>(j), data_tag, comm, &next());
+    const int rc = MPI_Irecv(drop_.back().get(), static_cast<int>(h[5] / esize), dt, static_cast<int>(j), data_tag, comm, &next());
     if (esize > 1) MPI_Type_free(&dt); // freed types stay valid for pending requests
     post(rc, ctx);
   }
@@ -203,7 +208,7 @@ private:
   std::vector<std::uint64_t> xbuf_;
   std::vector<MPI_Request> reqs_;
   std::vector<route> routes_;
-  std::vector<std::vector<std::byte>> drop_;
+  std::vector<std::unique_ptr<std::byte[]>> drop_;
 };
 
 } // namespace braid::mpi::detail

@@ -35,7 +35,8 @@
 // With one host every call goes straight to the host communicator (exactly braid's own result).
 //
 // Guarantees
-//  * Identical bits on every rank: each output element is computed once, by one rank, and copied.
+//  * Identical bits on every rank: each output element is computed once, by one rank, and copied, or
+//    (all_reduce slices up to 1 KiB across hosts) by every rank from the same operands in the same order.
 //  * Reduction order: inside a host, the host communicator's algorithm (its own fixed order; partial
 //    results are stored in T); across hosts, the host partials in host order 0, 1, ..., H-1, in the
 //    operator's accumulator type, with finalize (avg) applied once, with the world size, at the end.
@@ -187,7 +188,8 @@ public:
     call("barrier", [&] {
       local_.barrier();
       // The call check among the ranks that take part in the inter-host stage (every rank of a
-      // uniform layout, the local ranks 0 otherwise) is an all-gather: it is the inter-host barrier.
+      // uniform layout, the local ranks 0 otherwise) is a round between every pair of them: it is the
+      // inter-host barrier.
       start_check<collective::barrier, std::uint8_t, braid::detail::copy_only>(1, 0);
       if (check_.pending()) check_only();
       local_.barrier();
@@ -253,8 +255,8 @@ private:
   // published to the host communicator, whose other ranks raise it from their waits.
   static constexpr std::size_t inline_bytes = detail::call_check::inline_bytes;
   // Up to this many bytes of slice, cross_all_reduce sends all of it to every member and each reduces
-  // every member's copy (one round) instead of two-shot (two rounds); measured at 2 hosts: 512 bytes
-  // 0.74x the two-shot time (docs/benchmarks.md, 2026-11-28).
+  // every member's copy (one round) instead of two-shot (two rounds); measured at 2 hosts: 0.62-0.80x
+  // the two-shot time at 256 bytes-1 KiB (docs/benchmarks.md, 2026-11-28).
   static constexpr std::size_t one_round_bytes = 1024;
   // A broadcast's data rides in the check's exchange (the root's host sends it to every other host)
   // where there are 2 hosts or (hosts - 1) x its bytes are at most this; otherwise MPI_Bcast follows.

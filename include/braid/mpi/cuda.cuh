@@ -40,9 +40,9 @@
 //    Consecutive calls are ordered whatever their streams (each waits for the previous one's event).
 //  * Mismatched calls across hosts raise mismatch_error before any MPI call whose size depends on the
 //    call: every rank of the inter-host stage (uniform: all; otherwise local ranks 0) makes the call
-//    check of communicator.hpp (call_check.hpp: one round of fixed-size 256-byte blocks between every
-//    pair of members, carrying the chained call word) before its first inter-host MPI call, header
-//    only (the data lies in device memory: one more inter-host round per call). Hosts of equal size: every rank compares
+//    check of communicator.hpp (call_check.hpp: one round of blocks between every pair of members,
+//    48 bytes here, carrying the chained call word) before its first inter-host MPI call, header only
+//    (the data lies in device memory: one more inter-host round per call). Hosts of equal size: every rank compares
 //    and raises it itself. Otherwise the leader publishes it to the host's CUDA communicator
 //    (process_communicator::publish_failure): its other ranks raise mismatch_error from their host
 //    waits (host path), or their kernels stop and they raise it from check() after synchronising the
