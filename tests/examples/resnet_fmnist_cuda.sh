@@ -25,9 +25,10 @@ emu=$1
 host=$2
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-common=(--train-subset 256 --test-subset 100 --batch 32 --blocks 1 --width 4 --log-every 4 --seed 3)
+net=(--batch 32 --blocks 1 --width 4 --log-every 4 --seed 3)
+common=(--train-subset 256 --test-subset 100 "${net[@]}")
 # The killed run (check 8) keeps 512 images over 4 epochs, so that rank 0 is still training when rank 1 dies.
-long=(--train-subset 512 --test-subset 200 --batch 32 --blocks 1 --width 4 --log-every 4 --seed 3)
+long=(--train-subset 512 --test-subset 200 "${net[@]}")
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # The shape of a run's output: each line with its numbers replaced by N.

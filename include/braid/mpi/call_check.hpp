@@ -40,8 +40,8 @@
 namespace braid::mpi::detail {
 
 // What one member sends to member k of the exchange, and where what member k sends it goes: bytes of
-// host memory (or memory MPI can read and write in place). recv == nullptr: read the payload from the
-// block (call_check::payload_of; only where recv_bytes <= inline_bytes).
+// host memory (or memory MPI can read and write in place); a pointer may be null only where its count
+// is 0.
 struct route {
   const void* send = nullptr;
   std::size_t send_bytes = 0;
@@ -71,11 +71,10 @@ public:
   // The check on `hc`'s cross communicator (member j is host j), carrying the step's data: routes[k]
   // for every member k, this one's included (its bytes are copied). Every byte count is a multiple of
   // elem_bytes (the data messages are elem_bytes-byte elements of type `t`, at most INT_MAX of them).
-  // Returns the H received blocks, member j's at j * block_bytes, its payload at header_bytes (16-byte
-  // aligned): where routes[j].recv is null, the payload from member j is read there. On a difference:
-  // publish(message), then mismatch_error with that message.
+  // What member j sends this member lands in routes[j].recv, whether it rode in the block or beside
+  // it. On a difference: publish(message), then mismatch_error with that message.
   template <class Publish>
-  const std::byte* exchange(std::span<const route> routes, MPI_Datatype t, std::size_t elem_bytes, const host_comms& hc, const error_context& ctx,
+  void exchange(std::span<const route> routes, MPI_Datatype t, std::size_t elem_bytes, const host_comms& hc, const error_context& ctx,
                             Publish&& publish) {
     pending_ = false;
     const std::size_t H = static_cast<std::size_t>(hc.layout.hosts), me = static_cast<std::size_t>(hc.layout.host);
@@ -127,11 +126,11 @@ public:
       const std::size_t bytes = header(all, j)[5];
       const route& r = routes[j];
       if (j == me) {
-        if (ok && r.recv && bytes) std::memmove(r.recv, r.send, bytes);
+        if (ok && bytes) std::memmove(r.recv, r.send, bytes);
       } else if (bytes > inline_bytes) {
         if (ok) post(MPI_Irecv(r.recv, elements(bytes, elem_bytes, ctx), t, static_cast<int>(j), data_tag, comm, &next()), ctx);
         else drain(all, j, comm, ctx);
-      } else if (ok && r.recv && bytes) {
+      } else if (ok && bytes) {
         std::memcpy(r.recv, all + j * block_bytes + header_bytes, bytes);
       }
     }
@@ -143,15 +142,11 @@ public:
       publish(m);
       raise(errc::mismatch, m, ctx);
     }
-    return all;
   }
   // The check alone: blocks without data.
   template <class Publish> void exchange(const host_comms& hc, const error_context& ctx, Publish&& publish) {
     routes_.assign(static_cast<std::size_t>(hc.layout.hosts), route{});
-    (void)exchange(routes_, MPI_BYTE, 1, hc, ctx, publish);
-  }
-  template <class T> static const T* payload_of(const std::byte* all, std::size_t j) {
-    return reinterpret_cast<const T*>(all + j * block_bytes + header_bytes);
+    exchange(routes_, MPI_BYTE, 1, hc, ctx, publish);
   }
 
 private:

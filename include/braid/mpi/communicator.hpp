@@ -250,10 +250,9 @@ private:
   }
 
   // ---- the inter-host call check (mpi/call_check.hpp) -----------------------------------------------
-  // Calls whose inter-host data fits in inline_bytes per member complete from the exchange itself (no
-  // further MPI call), so for small messages the word costs no round of its own. A mismatch is
-  // published to the host communicator, whose other ranks raise it from their waits.
-  static constexpr std::size_t inline_bytes = detail::call_check::inline_bytes;
+  // Each collective's first inter-host exchange rides in the check's round (routes_: what goes to each
+  // member, where what it sends lands), so the word costs no round of its own. A mismatch is published
+  // to the host communicator, whose other ranks raise it from their waits.
   // Up to this many bytes of slice, cross_all_reduce sends all of it to every member and each reduces
   // every member's copy (one round) instead of two-shot (two rounds); measured at 2 hosts: 0.62-0.80x
   // the two-shot time at 256 bytes-1 KiB (docs/benchmarks.md, 2026-11-28).
@@ -265,8 +264,8 @@ private:
     check_.start<c, T, Op>(hc_.layout, count, root);
   }
   // The check carrying the step's data (routes_, one per member; call_check.hpp), elements of T.
-  template <class T> const std::byte* exchange() {
-    return check_.exchange(std::span<const detail::route>(routes_), type_of(sizeof(T)), sizeof(T), hc_, ctx(),
+  template <class T> void exchange() {
+    check_.exchange(std::span<const detail::route>(routes_), type_of(sizeof(T)), sizeof(T), hc_, ctx(),
                            [&](const std::string& m) { local_.publish_failure(errc::mismatch, m); });
   }
   void check_only() { check_.exchange(hc_, ctx(), [&](const std::string& m) { local_.publish_failure(errc::mismatch, m); }); }
@@ -274,7 +273,6 @@ private:
     routes_.assign(H, detail::route{});
     return routes_;
   }
-  template <class T> static const T* payload_of(const std::byte* all, std::size_t j) { return detail::call_check::payload_of<T>(all, j); }
 
   // A committed MPI type of `bytes` contiguous bytes (one per element size, kept until destruction).
   MPI_Datatype type_of(std::size_t bytes) {
@@ -311,20 +309,17 @@ private:
 
   // Across the members of `comm` (H of them, this one is `me`): data[0, n) becomes the reduction, in
   // member order, of every member's data. Up to one_round_bytes: every member sends all of it to every
-  // member in the check's round (inside the blocks up to inline_bytes) and reduces every member's copy;
+  // member in the check's round (inside the blocks up to their 208 bytes) and reduces every member's copy;
   // above: two-shot, piece j reduced by member j (the pieces ride in the check's round), then
   // gathered. Each element is reduced over the same operands in the same order either way (the same
   // bits).
   template <class T, class Op> void cross_all_reduce(T* data, std::size_t n, MPI_Comm comm, int H, int me, const Op& op) {
     auto& r = routes(static_cast<std::size_t>(H));
     if (n * sizeof(T) <= one_round_bytes) {
-      const bool in_blocks = n * sizeof(T) <= inline_bytes;
-      T* copies = in_blocks ? nullptr : staging<T>(static_cast<std::size_t>(H) * n);
-      for (std::size_t j = 0; j < r.size(); ++j) r[j] = {data, n * sizeof(T), in_blocks ? nullptr : copies + j * n, n * sizeof(T)};
-      const std::byte* all = exchange<T>();
-      std::vector<const T*> src(static_cast<std::size_t>(H));
-      for (std::size_t j = 0; j < src.size(); ++j) src[j] = in_blocks ? payload_of<T>(all, j) : copies + j * n;
-      reduce_n<T>(src.data(), H, data, nullptr, n, op, true, hc_.layout.size);
+      T* copies = staging<T>(static_cast<std::size_t>(H) * n); // member j's copy at j * n
+      for (std::size_t j = 0; j < r.size(); ++j) r[j] = {data, n * sizeof(T), copies + j * n, n * sizeof(T)};
+      exchange<T>();
+      reduce_pieces(copies, H, n, data, op);
       return;
     }
     std::vector<int> cnt(static_cast<std::size_t>(H)), off(static_cast<std::size_t>(H));
@@ -338,7 +333,7 @@ private:
     const MPI_Datatype t = type_of(sizeof(T));
     for (std::size_t j = 0; j < r.size(); ++j)
       r[j] = {data + off[j], static_cast<std::size_t>(cnt[j]) * sizeof(T), pieces + j * mine, mine * sizeof(T)};
-    (void)exchange<T>(); // every member's piece j to member j: the MPI_Alltoallv of two-shot
+    exchange<T>(); // every member's piece j to member j: the MPI_Alltoallv of two-shot
     reduce_pieces(pieces, H, mine, data + off[static_cast<std::size_t>(me)], op);
     BRAID_MPI_CHECK_CTX(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, cnt.data(), off.data(), t, comm), ctx());
   }
@@ -400,7 +395,7 @@ private:
       T* pieces = staging<T>(H * rc);
       auto& r = routes(H); // block h of the group to host h (an MPI_Alltoall), in the check's exchange
       for (std::size_t h = 0; h < H; ++h) r[h] = {group + h * rc, rc * sizeof(T), pieces + h * rc, rc * sizeof(T)};
-      (void)exchange<T>();
+      exchange<T>();
       reduce_pieces(pieces, L.hosts, rc, out, op);
       return;
     }
@@ -426,7 +421,7 @@ private:
       auto& r = routes(H); // host h's blocks to host h (an MPI_Alltoallv), in the check's exchange
       for (std::size_t h = 0; h < H; ++h)
         r[h] = {send + so[h], static_cast<std::size_t>(sc[h]) * sizeof(T), recv + ro[h], static_cast<std::size_t>(rcn[h]) * sizeof(T)};
-      (void)exchange<T>();
+      exchange<T>();
       reduce_pieces(recv, L.hosts, static_cast<std::size_t>(mine), host_result, op);
     }
     const std::size_t hn = static_cast<std::size_t>(L.local_size) * rc;
@@ -444,7 +439,7 @@ private:
       T* buf = scratch<T>(N * sc); // group g = blocks of ranks (0, g), ..., (H-1, g)
       auto& r = routes(H); // the block to every host (an MPI_Allgather), in the check's exchange
       for (std::size_t h = 0; h < H; ++h) r[h] = {in, sc * sizeof(T), buf + (l * H + h) * sc, sc * sizeof(T)};
-      (void)exchange<T>();
+      exchange<T>();
       local_.all_gather(buf + l * H * sc, buf, H * sc);
       for (std::size_t g = 0; g < n; ++g)
         for (std::size_t h = 0; h < H; ++h)
@@ -464,7 +459,7 @@ private:
       }
       auto& r = routes(H); // this host's blocks to every host (an MPI_Allgatherv), in the check's exchange
       for (std::size_t h = 0; h < H; ++h) r[h] = {buf, hn * sizeof(T), all + off[h], static_cast<std::size_t>(cnt[h]) * sizeof(T)};
-      (void)exchange<T>();
+      exchange<T>();
     }
     local_.broadcast(all, all, N * sc, 0);
     for (std::size_t h = 0, o = 0; h < H; ++h)
@@ -495,7 +490,7 @@ private:
       } else if (carries && rides) {
         r[static_cast<std::size_t>(rh)] = {nullptr, 0, out, bytes};
       }
-      (void)exchange<T>();
+      exchange<T>();
       if (carries && !rides) BRAID_MPI_CHECK_CTX(MPI_Bcast(out, c, t, rh, hc_.cross.get()), ctx());
       local_.broadcast(out, out, count, rl);
       return;
