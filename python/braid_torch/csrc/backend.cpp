@@ -1,0 +1,779 @@
+#include "backend.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include <c10/util/Exception.h>
+
+#include <braid/bootstrap/unique_id.hpp>
+
+namespace braid_torch {
+
+namespace {
+
+std::size_t nbytes(const at::Tensor& t) { return static_cast<std::size_t>(t.numel()) * t.element_size(); }
+
+// The tensor braid reads and writes: t itself when contiguous, else a contiguous copy that
+// write_back() copies into t.
+struct dense {
+  at::Tensor t, d;
+  explicit dense(const at::Tensor& x) : t(x), d(x.is_contiguous() ? x : x.contiguous()) {}
+  void* data() const { return d.data_ptr(); }
+  void write_back() const {
+    if (!d.is_same(t)) t.copy_(d);
+  }
+};
+
+std::exception_ptr as_backend_error(const std::string& what, int rank) {
+  try {
+    throw;
+  } catch (const c10::Error&) {
+    return std::current_exception();
+  } catch (const std::exception& e) {
+    return std::make_exception_ptr(c10::DistBackendError(
+        c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+        "braid: " + what + " failed on rank " + std::to_string(rank) + ": " + e.what()));
+  } catch (...) {
+    return std::make_exception_ptr(c10::DistBackendError(
+        c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+        "braid: " + what + " failed on rank " + std::to_string(rank) + " with an unknown exception"));
+  }
+}
+
+void check_one(const std::vector<at::Tensor>& ts, const char* what) {
+  TORCH_CHECK(ts.size() == 1, "braid: ", what, " takes exactly one tensor per rank, got ", ts.size());
+  require_cpu(ts[0], what);
+}
+
+at::Tensor bytes_of(void* p, std::size_t n) {
+  return at::from_blob(p, {static_cast<int64_t>(n)}, at::TensorOptions().dtype(at::kByte));
+}
+
+braid::options braid_options(std::chrono::milliseconds timeout, bool small) {
+  braid::options o = braid::options::from_env();
+  if (timeout.count() > 0) o.timeout = timeout;
+  if (small) o.staging_bytes = std::size_t{64} << 10; // point-to-point channels move data through p2p_bytes
+  return o;
+}
+
+std::string id_bytes(const braid::unique_id& id) { return id.to_string(); }
+
+} // namespace
+
+host_map host_map::make(std::vector<int> host_of) {
+  host_map m;
+  m.host_of = std::move(host_of);
+  m.hosts = m.host_of.empty() ? 1 : 1 + *std::max_element(m.host_of.begin(), m.host_of.end());
+  m.members.assign(static_cast<std::size_t>(m.hosts), {});
+  for (int r = 0; r < static_cast<int>(m.host_of.size()); ++r) m.members[static_cast<std::size_t>(m.host_of[r])].push_back(r);
+  for (auto& v : m.members) TORCH_CHECK(!v.empty(), "braid: host numbers must be dense (0..hosts-1)");
+  return m;
+}
+
+// One direction between two ranks of one host, for one tag: a two-rank braid communicator (rank 0
+// sends, rank 1 receives) and the thread its operations run on, in the order they were posted.
+class channel {
+public:
+  channel(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key, bool sender, std::chrono::milliseconds timeout) {
+    runner_.post([this, store, key, sender, timeout] {
+      try {
+        const braid::options o = braid_options(timeout, true);
+        if (sender) {
+          const auto id = braid::unique_id::generate();
+          const std::string s = id_bytes(id);
+          store->set(key, std::vector<uint8_t>(s.begin(), s.end()));
+          comm_ = braid::communicator::join(id, 0, 2, o);
+        } else {
+          store->wait({key}, timeout);
+          const auto v = store->get(key);
+          comm_ = braid::communicator::join(braid::unique_id::parse(std::string(v.begin(), v.end())), 1, 2, o);
+        }
+      } catch (...) {
+        failure_ = std::current_exception();
+      }
+    });
+  }
+  ~channel() { runner_.stop(); }
+  // Runs f(communicator) on the channel's thread; a failed connection is f's failure.
+  void post(std::function<void(braid::communicator&)> f, std::function<void(std::exception_ptr)> done) {
+    runner_.post([this, f = std::move(f), done = std::move(done)] {
+      std::exception_ptr e = failure_;
+      if (!e) {
+        try {
+          f(comm_);
+        } catch (...) {
+          e = std::current_exception();
+        }
+      }
+      done(e);
+    });
+  }
+  void abort() noexcept {
+    try {
+      if (comm_.valid()) comm_.abort();
+    } catch (...) {
+    }
+  }
+
+private:
+  braid::communicator comm_;
+  std::exception_ptr failure_;
+  progress runner_; // last: stops first
+};
+
+backend::backend(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::chrono::milliseconds timeout,
+                 std::vector<int> host_of, c10::intrusive_ptr<c10d::Backend> cross, c10::intrusive_ptr<c10d::Backend> world)
+    : c10d::Backend(rank, size), store_(std::move(store)), timeout_(timeout), cross_(std::move(cross)), world_(std::move(world)) {
+  TORCH_CHECK(static_cast<int>(host_of.size()) == size, "braid: host_of must name a host for each of the ", size, " ranks");
+  map_ = host_map::make(std::move(host_of));
+  host_ = map_.host_of[static_cast<std::size_t>(rank)];
+  const auto& mine = map_.members[static_cast<std::size_t>(host_)];
+  local_size_ = static_cast<int>(mine.size());
+  local_rank_ = static_cast<int>(std::find(mine.begin(), mine.end(), rank) - mine.begin());
+  TORCH_CHECK(map_.hosts == 1 || world_, "braid: a group over ", map_.hosts, " hosts needs the Gloo group between hosts");
+  TORCH_CHECK(map_.hosts == 1 || local_rank_ != 0 || cross_, "braid: a host's first rank needs the Gloo group of hosts");
+  const std::string key = "braid/uid/" + std::to_string(host_);
+  try {
+    const braid::options o = braid_options(timeout_, false);
+    if (local_rank_ == 0) {
+      const auto id = braid::unique_id::generate();
+      const std::string s = id_bytes(id);
+      if (local_size_ > 1) store_->set(key, std::vector<uint8_t>(s.begin(), s.end()));
+      local_ = braid::communicator::join(id, 0, local_size_, o);
+    } else {
+      store_->wait({key}, timeout_);
+      const auto v = store_->get(key);
+      local_ = braid::communicator::join(braid::unique_id::parse(std::string(v.begin(), v.end())), local_rank_, local_size_, o);
+    }
+  } catch (const braid::error& e) {
+    C10_THROW_ERROR(DistBackendError, std::string("braid: rank ") + std::to_string(rank) + " could not join its host's " +
+                                          std::to_string(local_size_) + " ranks: " + e.what());
+  }
+}
+
+backend::~backend() { shutdown(); }
+
+void backend::abort() {
+  try {
+    if (local_.valid()) local_.abort();
+  } catch (...) {
+  }
+  std::lock_guard<std::mutex> lk(channels_m_);
+  for (auto& [k, c] : channels_) c->abort();
+}
+
+void backend::shutdown() {
+  if (shut_) return;
+  shut_ = true;
+  // Operations still queued or running when the group goes would wait for peers that may never come:
+  // abort them, so that they (and the peers' matching calls) fail now instead of at the deadline.
+  if (progress_.pending()) abort();
+  progress_.stop();
+  {
+    std::lock_guard<std::mutex> lk(channels_m_);
+    channels_.clear();
+  }
+  local_.close();
+}
+
+c10::intrusive_ptr<c10d::Work> backend::submit(c10d::OpType type, const char* what, std::vector<at::Tensor> outputs,
+                                               bool async_op, std::function<void()> body) {
+  TORCH_CHECK(!shut_, "braid: ", what, ": the process group was shut down");
+  const std::uint64_t n = ++calls_;
+  auto w = c10::make_intrusive<work>(rank_, type,
+                                     std::string(what) + " (call " + std::to_string(n) + " of this group, rank " + std::to_string(rank_) + ")",
+                                     std::move(outputs));
+  auto task = [w, body = std::move(body), r = rank_] {
+    std::exception_ptr e;
+    try {
+      body();
+    } catch (...) {
+      e = as_backend_error(w->what(), r);
+    }
+    w->complete(e);
+  };
+  if (async_op) progress_.post(std::move(task));
+  else progress_.run_or_post(std::move(task));
+  return w;
+}
+
+// ---- between hosts ---------------------------------------------------------------------------------
+
+void backend::hier_all_reduce(const reduce_plan& p, const void* in, void* out) {
+  const std::size_t bytes = p.count * braid::size_of(p.type);
+  reduce_plan local = p;
+  if (local.op == reduction::avg) local.op = reduction::sum; // divided once, by the world size, below
+  if (local_size_ > 1) typed_reduce(local_, local, in, out, 0);
+  else if (in != out) std::memcpy(out, in, bytes);
+  if (local_rank_ == 0) {
+    at::Tensor all = at::empty({static_cast<int64_t>(bytes) * map_.hosts}, at::TensorOptions().dtype(at::kByte));
+    std::vector<std::vector<at::Tensor>> outs(1);
+    for (int h = 0; h < map_.hosts; ++h) outs[0].push_back(all.narrow(0, static_cast<int64_t>(bytes) * h, static_cast<int64_t>(bytes)));
+    std::vector<at::Tensor> ins{bytes_of(out, bytes)};
+    cross_->allgather(outs, ins)->wait();
+    typed_combine(p, all.data_ptr(), static_cast<std::size_t>(map_.hosts), out, size_);
+  }
+  if (local_size_ > 1) local_.broadcast(static_cast<std::uint8_t*>(out), static_cast<std::uint8_t*>(out), bytes, 0);
+}
+
+void backend::hier_broadcast(void* data, std::size_t bytes, int root) {
+  auto* b = static_cast<std::uint8_t*>(data);
+  if (map_.hosts == 1) {
+    local_.broadcast(b, b, bytes, root);
+    return;
+  }
+  const int root_host = map_.host_of[static_cast<std::size_t>(root)];
+  const auto& rm = map_.members[static_cast<std::size_t>(root_host)];
+  const int root_local = static_cast<int>(std::find(rm.begin(), rm.end(), root) - rm.begin());
+  if (host_ == root_host && local_size_ > 1) local_.broadcast(b, b, bytes, root_local);
+  if (local_rank_ == 0) {
+    std::vector<at::Tensor> ts{bytes_of(data, bytes)};
+    c10d::BroadcastOptions o;
+    o.rootRank = root_host;
+    cross_->broadcast(ts, o)->wait();
+  }
+  if (host_ != root_host && local_size_ > 1) local_.broadcast(b, b, bytes, 0);
+}
+
+void backend::hier_all_gather(const void* in, void* out, std::size_t bytes) {
+  auto* o = static_cast<std::uint8_t*>(out);
+  const auto* i = static_cast<const std::uint8_t*>(in);
+  if (map_.hosts == 1) {
+    local_.all_gather(i, o, bytes);
+    return;
+  }
+  std::size_t widest = 0;
+  for (const auto& m : map_.members) widest = std::max(widest, m.size());
+  // Each host's blocks, padded to the widest host, gathered between hosts, then put in rank order.
+  at::Tensor mine = at::zeros({static_cast<int64_t>(widest * bytes)}, at::TensorOptions().dtype(at::kByte));
+  if (local_size_ > 1) local_.all_gather(i, mine.data_ptr<std::uint8_t>(), bytes);
+  else if (bytes) std::memcpy(mine.data_ptr(), i, bytes);
+  if (local_rank_ == 0) {
+    at::Tensor all = at::empty({static_cast<int64_t>(widest * bytes) * map_.hosts}, at::TensorOptions().dtype(at::kByte));
+    std::vector<std::vector<at::Tensor>> outs(1);
+    for (int h = 0; h < map_.hosts; ++h)
+      outs[0].push_back(all.narrow(0, static_cast<int64_t>(widest * bytes) * h, static_cast<int64_t>(widest * bytes)));
+    std::vector<at::Tensor> ins{mine};
+    cross_->allgather(outs, ins)->wait();
+    const auto* a = all.data_ptr<std::uint8_t>();
+    for (int h = 0; h < map_.hosts; ++h)
+      for (std::size_t k = 0; k < map_.members[static_cast<std::size_t>(h)].size(); ++k)
+        if (bytes)
+          std::memcpy(o + static_cast<std::size_t>(map_.members[static_cast<std::size_t>(h)][k]) * bytes,
+                      a + (static_cast<std::size_t>(h) * widest + k) * bytes, bytes);
+  }
+  if (local_size_ > 1) local_.broadcast(o, o, bytes * static_cast<std::size_t>(size_), 0);
+}
+
+void backend::hier_barrier() {
+  if (local_size_ > 1) local_.barrier();
+  if (map_.hosts > 1) {
+    if (local_rank_ == 0) cross_->barrier()->wait();
+    if (local_size_ > 1) local_.barrier();
+  }
+}
+
+// ---- collectives -------------------------------------------------------------------------------------
+
+namespace {
+// The reduction of `src` into `out` (both contiguous, same shape): PREMUL_SUM scales first.
+template <class F> void with_premul(const reduce_plan& p, const at::Tensor& src, F&& f) {
+  if (p.premul) {
+    at::Tensor scaled = src * p.factor;
+    f(scaled.data_ptr());
+  } else {
+    f(src.data_ptr());
+  }
+}
+} // namespace
+
+c10::intrusive_ptr<c10d::Work> backend::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  check_one(tensors, "all_reduce");
+  const reduce_plan p = plan_reduction(tensors[0], opts.reduceOp, "all_reduce");
+  at::Tensor t = tensors[0];
+  return submit(c10d::OpType::ALLREDUCE, "all_reduce", tensors, opts.asyncOp, [this, p, t] {
+    dense d(t);
+    with_premul(p, d.d, [&](const void* in) {
+      if (map_.hosts == 1) typed_all_reduce(local_, p, in, d.data());
+      else hier_all_reduce(p, in, d.data());
+    });
+    d.write_back();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                            const c10d::AllreduceCoalescedOptions& opts) {
+  TORCH_CHECK(!tensors.empty(), "braid: all_reduce_coalesced: no tensors");
+  std::vector<reduce_plan> plans;
+  for (const auto& t : tensors) {
+    TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type(), "braid: all_reduce_coalesced: the tensors must have one dtype, got ",
+                tensors[0].scalar_type(), " and ", t.scalar_type());
+    plans.push_back(plan_reduction(t, opts.reduceOp, "all_reduce_coalesced"));
+  }
+  std::vector<at::Tensor> ts = tensors;
+  return submit(c10d::OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", tensors, opts.asyncOp, [this, plans, ts] {
+    std::vector<at::Tensor> flat;
+    for (const auto& t : ts) flat.push_back(t.reshape({-1}));
+    at::Tensor all = at::cat(flat);
+    reduce_plan p = plans[0];
+    p.count = 0;
+    for (const auto& q : plans) p.count += q.count;
+    with_premul(p, all, [&](const void* in) {
+      if (map_.hosts == 1) typed_all_reduce(local_, p, in, all.data_ptr());
+      else hier_all_reduce(p, in, all.data_ptr());
+    });
+    int64_t at = 0;
+    for (const auto& t : ts) {
+      t.copy_(all.narrow(0, at, t.numel()).view(t.sizes()));
+      at += t.numel();
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  check_one(tensors, "broadcast");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "braid: broadcast: root ", opts.rootRank, " is not a rank of this group of ", size_);
+  TORCH_CHECK(opts.rootTensor == 0, "braid: broadcast: rootTensor must be 0 (one tensor per rank)");
+  at::Tensor t = tensors[0];
+  const int root = static_cast<int>(opts.rootRank);
+  return submit(c10d::OpType::BROADCAST, "broadcast", tensors, opts.asyncOp, [this, t, root] {
+    dense d(t);
+    hier_broadcast(d.data(), nbytes(d.d), root);
+    d.write_back();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  check_one(tensors, "reduce");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "braid: reduce: root ", opts.rootRank, " is not a rank of this group of ", size_);
+  const reduce_plan p = plan_reduction(tensors[0], opts.reduceOp, "reduce");
+  at::Tensor t = tensors[0];
+  const int root = static_cast<int>(opts.rootRank);
+  return submit(c10d::OpType::REDUCE, "reduce", tensors, opts.asyncOp, [this, p, t, root] {
+    dense d(t);
+    with_premul(p, d.d, [&](const void* in) {
+      if (map_.hosts == 1) {
+        typed_reduce(local_, p, in, d.data(), root);
+      } else {
+        // Between hosts: an all_reduce whose result only the root keeps.
+        at::Tensor result = at::empty_like(d.d);
+        hier_all_reduce(p, in, result.data_ptr());
+        if (rank_ == root) d.d.copy_(result);
+      }
+    });
+    if (rank_ == root) d.write_back();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                                  const c10d::AllgatherOptions& opts) {
+  check_one(inputs, "all_gather");
+  TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_, "braid: all_gather: expected a list of ", size_,
+              " output tensors");
+  const at::Tensor in = inputs[0];
+  for (const auto& o : outputs[0]) {
+    require_cpu(o, "all_gather");
+    TORCH_CHECK(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(),
+                "braid: all_gather: every output tensor must have the input's dtype and number of elements (", in.numel(), " of ",
+                in.scalar_type(), "); got ", o.numel(), " of ", o.scalar_type(), " (uneven all_gather is not supported)");
+  }
+  std::vector<at::Tensor> outs = outputs[0];
+  return submit(c10d::OpType::ALLGATHER, "all_gather", outs, opts.asyncOp, [this, in, outs] {
+    const at::Tensor src = in.contiguous();
+    const std::size_t b = nbytes(src);
+    at::Tensor all = at::empty({static_cast<int64_t>(b) * size_}, at::TensorOptions().dtype(at::kByte));
+    hier_all_gather(src.data_ptr(), all.data_ptr(), b);
+    for (int r = 0; r < size_; ++r) {
+      at::Tensor block = all.narrow(0, static_cast<int64_t>(b) * r, static_cast<int64_t>(b)).view(src.scalar_type()).view(src.sizes());
+      outs[static_cast<std::size_t>(r)].copy_(block);
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::_allgather_base(at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+  require_cpu(input, "all_gather_into_tensor");
+  require_cpu(output, "all_gather_into_tensor");
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "braid: all_gather_into_tensor: output dtype ", output.scalar_type(),
+              " differs from input dtype ", input.scalar_type());
+  TORCH_CHECK(output.numel() == input.numel() * size_, "braid: all_gather_into_tensor: the output must hold ", size_, " x ",
+              input.numel(), " elements, it holds ", output.numel());
+  at::Tensor in = input, out = output;
+  return submit(c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {output}, opts.asyncOp, [this, in, out] {
+    const at::Tensor src = in.contiguous();
+    dense d(out);
+    hier_all_gather(src.data_ptr(), d.data(), nbytes(src));
+    d.write_back();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                            std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(static_cast<int>(outputs.size()) == size_, "braid: all_gather_coalesced: expected ", size_, " output lists");
+  for (const auto& list : outputs) {
+    TORCH_CHECK(list.size() == inputs.size(), "braid: all_gather_coalesced: every output list must have one tensor per input");
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      require_cpu(list[i], "all_gather_coalesced");
+      TORCH_CHECK(list[i].numel() == inputs[i].numel() && list[i].scalar_type() == inputs[i].scalar_type(),
+                  "braid: all_gather_coalesced: output ", i, " must match input ", i, " in dtype and number of elements");
+    }
+  }
+  for (const auto& t : inputs) require_cpu(t, "all_gather_coalesced");
+  std::vector<at::Tensor> ins = inputs, flat_outs;
+  for (const auto& l : outputs) flat_outs.insert(flat_outs.end(), l.begin(), l.end());
+  auto outs = outputs;
+  return submit(c10d::OpType::ALLGATHER_COALESCED, "all_gather_coalesced", flat_outs, opts.asyncOp, [this, ins, outs] {
+    std::vector<at::Tensor> parts;
+    for (const auto& t : ins) parts.push_back(t.contiguous().reshape({-1}).view(at::kByte));
+    const at::Tensor mine = parts.empty() ? at::empty({0}, at::kByte) : at::cat(parts);
+    const std::size_t b = nbytes(mine);
+    at::Tensor all = at::empty({static_cast<int64_t>(b) * size_}, at::TensorOptions().dtype(at::kByte));
+    hier_all_gather(mine.data_ptr(), all.data_ptr(), b);
+    for (int r = 0; r < size_; ++r) {
+      int64_t at = static_cast<int64_t>(b) * r;
+      for (std::size_t i = 0; i < ins.size(); ++i) {
+        const auto& o = outs[static_cast<std::size_t>(r)][i];
+        const int64_t nb = static_cast<int64_t>(nbytes(o));
+        o.copy_(all.narrow(0, at, nb).view(o.scalar_type()).view(o.sizes()));
+        at += nb;
+      }
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                                                        const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "braid: all_gather_into_tensor_coalesced: one output per input");
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    require_cpu(inputs[i], "all_gather_into_tensor_coalesced");
+    require_cpu(outputs[i], "all_gather_into_tensor_coalesced");
+    TORCH_CHECK(outputs[i].numel() == inputs[i].numel() * size_ && outputs[i].scalar_type() == inputs[i].scalar_type(),
+                "braid: all_gather_into_tensor_coalesced: output ", i, " must hold ", size_, " x input ", i);
+  }
+  std::vector<at::Tensor> ins = inputs, outs = outputs;
+  return submit(c10d::OpType::COALESCED, "all_gather_into_tensor_coalesced", outputs, opts.asyncOp, [this, ins, outs] {
+    for (std::size_t i = 0; i < ins.size(); ++i) {
+      const at::Tensor src = ins[i].contiguous();
+      dense d(outs[i]);
+      hier_all_gather(src.data_ptr(), d.data(), nbytes(src));
+      d.write_back();
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                               const c10d::GatherOptions& opts) {
+  check_one(inputs, "gather");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "braid: gather: root ", opts.rootRank, " is not a rank of this group of ", size_);
+  const int root = static_cast<int>(opts.rootRank);
+  const at::Tensor in = inputs[0];
+  std::vector<at::Tensor> outs;
+  if (rank_ == root) {
+    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_, "braid: gather: the root needs a list of ", size_,
+                " output tensors");
+    for (const auto& o : outputs[0]) {
+      require_cpu(o, "gather");
+      TORCH_CHECK(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(),
+                  "braid: gather: every output tensor must have the input's dtype and number of elements");
+    }
+    outs = outputs[0];
+  } else {
+    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()), "braid: gather: only the root passes output tensors");
+  }
+  return submit(c10d::OpType::GATHER, "gather", outs, opts.asyncOp, [this, in, outs, root] {
+    const at::Tensor src = in.contiguous();
+    const std::size_t b = nbytes(src);
+    at::Tensor all = at::empty({static_cast<int64_t>(b) * size_}, at::TensorOptions().dtype(at::kByte));
+    hier_all_gather(src.data_ptr(), all.data_ptr(), b);
+    if (rank_ == root)
+      for (int r = 0; r < size_; ++r)
+        outs[static_cast<std::size_t>(r)].copy_(
+            all.narrow(0, static_cast<int64_t>(b) * r, static_cast<int64_t>(b)).view(src.scalar_type()).view(src.sizes()));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ScatterOptions& opts) {
+  check_one(outputs, "scatter");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "braid: scatter: root ", opts.rootRank, " is not a rank of this group of ", size_);
+  const int root = static_cast<int>(opts.rootRank);
+  const at::Tensor out = outputs[0];
+  std::vector<at::Tensor> ins;
+  if (rank_ == root) {
+    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_, "braid: scatter: the root needs a list of ", size_,
+                " input tensors");
+    for (const auto& t : inputs[0]) {
+      require_cpu(t, "scatter");
+      TORCH_CHECK(t.numel() == out.numel() && t.scalar_type() == out.scalar_type(),
+                  "braid: scatter: every input tensor must have the output's dtype and number of elements");
+    }
+    ins = inputs[0];
+  } else {
+    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()), "braid: scatter: only the root passes input tensors");
+  }
+  return submit(c10d::OpType::SCATTER, "scatter", outputs, opts.asyncOp, [this, ins, out, root] {
+    const std::size_t b = nbytes(out);
+    at::Tensor all = at::empty({static_cast<int64_t>(b) * size_}, at::TensorOptions().dtype(at::kByte));
+    if (rank_ == root)
+      for (int r = 0; r < size_; ++r)
+        all.narrow(0, static_cast<int64_t>(b) * r, static_cast<int64_t>(b))
+            .copy_(ins[static_cast<std::size_t>(r)].contiguous().reshape({-1}).view(at::kByte));
+    hier_broadcast(all.data_ptr(), b * static_cast<std::size_t>(size_), root);
+    out.copy_(all.narrow(0, static_cast<int64_t>(b) * rank_, static_cast<int64_t>(b)).view(out.scalar_type()).view(out.sizes()));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  require_cpu(input, "reduce_scatter_tensor");
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "braid: reduce_scatter_tensor: output dtype ", output.scalar_type(),
+              " differs from input dtype ", input.scalar_type());
+  TORCH_CHECK(input.numel() == output.numel() * size_, "braid: reduce_scatter_tensor: the input must hold ", size_, " x ",
+              output.numel(), " elements, it holds ", input.numel());
+  const reduce_plan p = plan_reduction(output, opts.reduceOp, "reduce_scatter_tensor");
+  at::Tensor in = input, out = output;
+  return submit(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {output}, opts.asyncOp, [this, p, in, out] {
+    const at::Tensor src = in.contiguous();
+    dense d(out);
+    with_premul(p, src, [&](const void* data) {
+      if (map_.hosts == 1) {
+        typed_reduce_scatter(local_, p, data, d.data());
+      } else {
+        reduce_plan whole = p;
+        whole.count = p.count * static_cast<std::size_t>(size_);
+        at::Tensor all = at::empty_like(src);
+        hier_all_reduce(whole, data, all.data_ptr());
+        d.d.copy_(all.reshape({-1}).narrow(0, d.d.numel() * rank_, d.d.numel()).view(d.d.sizes()));
+      }
+    });
+    d.write_back();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::reduce_scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                                       const c10d::ReduceScatterOptions& opts) {
+  check_one(outputs, "reduce_scatter");
+  TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_, "braid: reduce_scatter: expected a list of ", size_,
+              " input tensors");
+  const at::Tensor out = outputs[0];
+  for (const auto& t : inputs[0]) {
+    require_cpu(t, "reduce_scatter");
+    TORCH_CHECK(t.numel() == out.numel() && t.scalar_type() == out.scalar_type(),
+                "braid: reduce_scatter: every input tensor must have the output's dtype and number of elements");
+  }
+  std::vector<at::Tensor> flat;
+  for (const auto& t : inputs[0]) flat.push_back(t.reshape({-1}));
+  at::Tensor cat = at::cat(flat); // copied now, on the caller's thread: the inputs are read before this returns
+  at::Tensor o = outputs[0];
+  return _reduce_scatter_base(o, cat, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> backend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                                                        const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "braid: reduce_scatter_tensor_coalesced: one output per input");
+  c10::intrusive_ptr<c10d::Work> last;
+  std::vector<c10::intrusive_ptr<c10d::Work>> all;
+  for (std::size_t i = 0; i < inputs.size(); ++i) all.push_back(_reduce_scatter_base(outputs[i], inputs[i], opts));
+  // One Work for the batch: the group's operations complete in order, so the last one completes last.
+  std::vector<at::Tensor> outs = outputs;
+  return submit(c10d::OpType::COALESCED, "reduce_scatter_tensor_coalesced", outs, true, [all] {
+    for (const auto& w : all) w->wait();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::barrier(const c10d::BarrierOptions& opts) {
+  return submit(c10d::OpType::BARRIER, "barrier", {}, opts.asyncOp, [this] { hier_barrier(); });
+}
+
+// ---- point to point ---------------------------------------------------------------------------------------
+
+std::shared_ptr<channel> backend::channel_to(int src, int dst, const std::string& tag) {
+  std::lock_guard<std::mutex> lk(channels_m_);
+  auto& c = channels_[{src, dst, tag}];
+  if (!c) c = std::make_shared<channel>(store_, "braid/p2p/" + std::to_string(src) + "/" + std::to_string(dst) + "/" + tag,
+                                        src == rank_, timeout_);
+  return c;
+}
+
+c10::intrusive_ptr<c10d::Work> backend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
+  check_one(tensors, "send");
+  TORCH_CHECK(dst >= 0 && dst < size_ && dst != rank_, "braid: send: destination ", dst, " is not another rank of this group of ", size_);
+  const at::Tensor t = tensors[0].contiguous();
+  const std::uint64_t n = ++calls_;
+  auto w = c10::make_intrusive<work>(rank_, c10d::OpType::SEND,
+                                     "send to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ", call " + std::to_string(n) + " of this group, rank " + std::to_string(rank_) + ")",
+                                     tensors);
+  if (map_.host_of[static_cast<std::size_t>(dst)] != host_) {
+    std::vector<at::Tensor> ts{t};
+    auto inner = world_->send(ts, dst, tag);
+    progress_.post([w, inner, r = rank_] {
+      std::exception_ptr e;
+      try { inner->wait(); } catch (...) { e = as_backend_error(w->what(), r); }
+      w->complete(e);
+    });
+    return w;
+  }
+  channel_to(rank_, dst, std::to_string(tag))->post(
+      [t](braid::communicator& c) { c.send(static_cast<const std::uint8_t*>(t.data_ptr()), nbytes(t), 1); },
+      [w, r = rank_](std::exception_ptr e) {
+        if (e) {
+          try { std::rethrow_exception(e); } catch (...) { e = as_backend_error(w->what(), r); }
+        }
+        w->complete(e);
+      });
+  return w;
+}
+
+c10::intrusive_ptr<c10d::Work> backend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+  check_one(tensors, "recv");
+  TORCH_CHECK(src >= 0 && src < size_ && src != rank_, "braid: recv: source ", src, " is not another rank of this group of ", size_);
+  const std::uint64_t n = ++calls_;
+  auto w = c10::make_intrusive<work>(rank_, c10d::OpType::RECV,
+                                     "recv from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ", call " + std::to_string(n) + " of this group, rank " + std::to_string(rank_) + ")",
+                                     tensors);
+  const at::Tensor t = tensors[0];
+  if (map_.host_of[static_cast<std::size_t>(src)] != host_) {
+    auto d = std::make_shared<dense>(t);
+    std::vector<at::Tensor> ts{d->d};
+    auto inner = world_->recv(ts, src, tag);
+    progress_.post([w, inner, d, r = rank_] {
+      std::exception_ptr e;
+      try { inner->wait(); d->write_back(); } catch (...) { e = as_backend_error(w->what(), r); }
+      w->complete(e);
+    });
+    return w;
+  }
+  auto d = std::make_shared<dense>(t);
+  channel_to(src, rank_, std::to_string(tag))->post(
+      [d](braid::communicator& c) {
+        c.recv(static_cast<std::uint8_t*>(d->data()), nbytes(d->d), 0);
+        d->write_back();
+      },
+      [w, r = rank_](std::exception_ptr e) {
+        if (e) {
+          try { std::rethrow_exception(e); } catch (...) { e = as_backend_error(w->what(), r); }
+        }
+        w->complete(e);
+      });
+  return w;
+}
+
+// Sends and receives blocks with every listed peer at once, each on its own channel, and waits for all.
+void backend::exchange(const std::vector<std::tuple<int, const void*, std::size_t>>& sends,
+                       const std::vector<std::tuple<int, void*, std::size_t>>& recvs, const std::string& tag) {
+  struct pending_t {
+    std::mutex m;
+    std::condition_variable cv;
+    std::size_t left = 0;
+    std::exception_ptr first;
+  };
+  auto st = std::make_shared<pending_t>();
+  st->left = sends.size() + recvs.size();
+  auto done = [st](std::exception_ptr e) {
+    std::lock_guard<std::mutex> lk(st->m);
+    if (e && !st->first) st->first = e;
+    if (--st->left == 0) st->cv.notify_all();
+  };
+  for (const auto& [peer, data, bytes] : sends)
+    channel_to(rank_, peer, tag)->post([data = data, bytes = bytes](braid::communicator& c) { c.send(static_cast<const std::uint8_t*>(data), bytes, 1); }, done);
+  for (const auto& [peer, data, bytes] : recvs)
+    channel_to(peer, rank_, tag)->post([data = data, bytes = bytes](braid::communicator& c) { c.recv(static_cast<std::uint8_t*>(data), bytes, 0); }, done);
+  std::unique_lock<std::mutex> lk(st->m);
+  st->cv.wait(lk, [&] { return st->left == 0; });
+  if (st->first) std::rethrow_exception(st->first);
+}
+
+c10::intrusive_ptr<c10d::Work> backend::alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
+                                                      std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& opts) {
+  require_cpu(input, "all_to_all_single");
+  require_cpu(output, "all_to_all_single");
+  TORCH_CHECK(input.scalar_type() == output.scalar_type(), "braid: all_to_all_single: input and output dtypes differ");
+  auto splits = [&](const std::vector<int64_t>& s, const at::Tensor& t, const char* which) {
+    std::vector<int64_t> rows;
+    const int64_t dim0 = t.dim() ? t.size(0) : 1;
+    if (s.empty()) {
+      TORCH_CHECK(dim0 % size_ == 0, "braid: all_to_all_single: the ", which, "'s first dimension ", dim0, " does not divide by ", size_);
+      rows.assign(static_cast<std::size_t>(size_), dim0 / size_);
+    } else {
+      TORCH_CHECK(static_cast<int>(s.size()) == size_, "braid: all_to_all_single: ", which, " split sizes must have ", size_, " entries");
+      TORCH_CHECK(std::accumulate(s.begin(), s.end(), int64_t{0}) == dim0, "braid: all_to_all_single: ", which,
+                  " split sizes do not add up to its first dimension ", dim0);
+      rows = s;
+    }
+    return rows;
+  };
+  const auto in_rows = splits(input_splits, input, "input"), out_rows = splits(output_splits, output, "output");
+  const std::size_t in_row = input.dim() ? nbytes(input) / std::max<int64_t>(1, input.size(0)) : nbytes(input);
+  const std::size_t out_row = output.dim() ? nbytes(output) / std::max<int64_t>(1, output.size(0)) : nbytes(output);
+  at::Tensor in = input, out = output;
+  return submit(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {output}, opts.asyncOp, [this, in, out, in_rows, out_rows, in_row, out_row] {
+    if (map_.hosts > 1) {
+      std::vector<int64_t> o(out_rows), i(in_rows);
+      at::Tensor a = out, b = in;
+      world_->alltoall_base(a, b, o, i)->wait();
+      return;
+    }
+    const at::Tensor src = in.contiguous();
+    dense d(out);
+    const auto* s = static_cast<const std::uint8_t*>(src.data_ptr());
+    auto* o = static_cast<std::uint8_t*>(d.data());
+    std::vector<std::tuple<int, const void*, std::size_t>> sends;
+    std::vector<std::tuple<int, void*, std::size_t>> recvs;
+    std::size_t so = 0, ro = 0;
+    for (int q = 0; q < size_; ++q) {
+      const std::size_t sb = static_cast<std::size_t>(in_rows[static_cast<std::size_t>(q)]) * in_row;
+      const std::size_t rb = static_cast<std::size_t>(out_rows[static_cast<std::size_t>(q)]) * out_row;
+      if (q == rank_) {
+        TORCH_CHECK(sb == rb, "braid: all_to_all_single: this rank sends itself ", sb, " bytes but expects ", rb);
+        if (sb) std::memcpy(o + ro, s + so, sb);
+      } else {
+        sends.emplace_back(q, s + so, sb);
+        recvs.emplace_back(q, o + ro, rb);
+      }
+      so += sb;
+      ro += rb;
+    }
+    exchange(sends, recvs, "all_to_all");
+    d.write_back();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                                 const c10d::AllToAllOptions& opts) {
+  TORCH_CHECK(static_cast<int>(outputs.size()) == size_ && static_cast<int>(inputs.size()) == size_, "braid: all_to_all: expected ",
+              size_, " input and ", size_, " output tensors");
+  for (int q = 0; q < size_; ++q) {
+    require_cpu(inputs[static_cast<std::size_t>(q)], "all_to_all");
+    require_cpu(outputs[static_cast<std::size_t>(q)], "all_to_all");
+  }
+  std::vector<at::Tensor> ins = inputs, outs = outputs;
+  return submit(c10d::OpType::ALLTOALL, "all_to_all", outputs, opts.asyncOp, [this, ins, outs] {
+    if (map_.hosts > 1) {
+      std::vector<at::Tensor> a = outs, b = ins;
+      world_->alltoall(a, b)->wait();
+      return;
+    }
+    std::vector<at::Tensor> srcs;
+    std::vector<std::shared_ptr<dense>> dsts;
+    for (int q = 0; q < size_; ++q) {
+      srcs.push_back(ins[static_cast<std::size_t>(q)].contiguous());
+      dsts.push_back(std::make_shared<dense>(outs[static_cast<std::size_t>(q)]));
+    }
+    std::vector<std::tuple<int, const void*, std::size_t>> sends;
+    std::vector<std::tuple<int, void*, std::size_t>> recvs;
+    for (int q = 0; q < size_; ++q) {
+      const auto& s = srcs[static_cast<std::size_t>(q)];
+      const auto& d = *dsts[static_cast<std::size_t>(q)];
+      if (q == rank_) {
+        TORCH_CHECK(nbytes(s) == nbytes(d.d), "braid: all_to_all: this rank's block to itself changes size");
+        d.d.reshape({-1}).view(at::kByte).copy_(s.reshape({-1}).view(at::kByte));
+      } else {
+        sends.emplace_back(q, s.data_ptr(), nbytes(s));
+        recvs.emplace_back(q, d.data(), nbytes(d.d));
+      }
+    }
+    exchange(sends, recvs, "all_to_all");
+    for (const auto& d : dsts) d->write_back();
+  });
+}
+
+} // namespace braid_torch

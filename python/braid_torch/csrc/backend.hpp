@@ -1,0 +1,123 @@
+// braid_torch/csrc/backend.hpp — braid as a torch.distributed backend (c10d::Backend) for CPU tensors.
+//
+// One group's ranks on one host share a braid::communicator (processes over shared memory), created
+// at construction through the group's c10d store: the host's first rank publishes a fresh
+// braid::unique_id under "braid/uid/<host>", the others read it. Between hosts an existing engine
+// carries the step: a Gloo process group of the hosts' first ranks (`cross`) for the collectives, and
+// one of every rank (`world`) for point-to-point between hosts; reductions then run braid inside
+// each host, the hosts' partial results combined in host order (typed_combine), so every rank gets
+// the same bits.
+//
+// Operations run on the group's progress thread in call order; a synchronous one runs on the
+// caller's thread when nothing is queued. send and recv run on a thread per (direction, peer, tag)
+// channel, each a two-rank braid communicator, so that sends and receives between two ranks never
+// wait for each other's order. Unsupported input raises RuntimeError on the calling thread before any
+// data moves; a failure inside an operation (timeout, dead peer, mismatch) completes its Work with a
+// DistBackendError naming the operation, its call number in this group and the rank.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <braid/comm/communicator.hpp>
+
+#include "progress.hpp"
+#include "types.hpp"
+#include "work.hpp"
+
+namespace braid_torch {
+
+// Where a group's ranks are: host_of[r] is group rank r's host, hosts numbered 0.. in the order of
+// their first rank.
+struct host_map {
+  std::vector<int> host_of;
+  int hosts = 1;
+  std::vector<std::vector<int>> members; // group ranks on each host, ascending
+  static host_map make(std::vector<int> host_of);
+};
+
+class channel;
+
+class backend final : public c10d::Backend {
+public:
+  backend(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::chrono::milliseconds timeout,
+          std::vector<int> host_of, c10::intrusive_ptr<c10d::Backend> cross, c10::intrusive_ptr<c10d::Backend> world);
+  ~backend() override;
+
+  const std::string getBackendName() const override { return "braid"; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                     const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                                                 const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
+                                               std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return calls_.load(); }
+  void setTimeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
+  void abort() override;
+  void shutdown() override;
+
+  int hosts() const { return map_.hosts; }
+
+private:
+  // Queues (or, when synchronous and idle, runs) `body` as operation `what` on the progress thread.
+  c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, const char* what, std::vector<at::Tensor> outputs, bool async_op,
+                                        std::function<void()> body);
+  std::shared_ptr<channel> channel_to(int src, int dst, const std::string& tag);
+  void exchange(const std::vector<std::tuple<int, const void*, std::size_t>>& sends,
+                const std::vector<std::tuple<int, void*, std::size_t>>& recvs, const std::string& tag);
+
+  // The collectives over hosts, run on the progress thread (bytes unless typed).
+  void hier_all_reduce(const reduce_plan& p, const void* in, void* out);
+  void hier_broadcast(void* data, std::size_t bytes, int root);
+  void hier_all_gather(const void* in, void* out, std::size_t bytes); // out: size() blocks in rank order
+  void hier_barrier();
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::chrono::milliseconds timeout_;
+  host_map map_;
+  int host_ = 0, local_rank_ = 0, local_size_ = 1;
+  braid::communicator local_;
+  c10::intrusive_ptr<c10d::Backend> cross_, world_;
+  std::atomic<std::uint64_t> calls_{0};
+  std::mutex channels_m_;
+  std::map<std::tuple<int, int, std::string>, std::shared_ptr<channel>> channels_;
+  bool shut_ = false;
+  progress progress_; // last: its thread stops first
+};
+
+} // namespace braid_torch
