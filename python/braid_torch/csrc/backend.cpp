@@ -59,6 +59,25 @@ braid::options braid_options(std::chrono::milliseconds timeout, bool small) {
 
 std::string id_bytes(const braid::unique_id& id) { return id.to_string(); }
 
+// Waits for `key` by polling: a blocking Store::wait holds the store's connection, so another thread
+// of this process (a channel publishing its id) could not reach the store until it returned.
+std::vector<uint8_t> await_key(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key, std::chrono::milliseconds timeout,
+                               const std::string& what) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  auto pause = std::chrono::microseconds(50);
+  while (!store->check({key})) {
+    if (std::chrono::steady_clock::now() >= until)
+      C10_THROW_ERROR(DistBackendError, "braid: " + what + ": no peer published '" + key + "' within " + std::to_string(timeout.count()) + " ms");
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(5));
+  }
+  return store->get(key);
+}
+
+// The Gloo tag all_to_all's blocks between hosts travel with (above any tag a user is likely to pick;
+// the group's collectives run in order, so one tag suffices).
+constexpr int all_to_all_tag = 1 << 30;
+
 } // namespace
 
 host_map host_map::make(std::vector<int> host_of) {
@@ -85,8 +104,7 @@ public:
           store->set(key, std::vector<uint8_t>(s.begin(), s.end()));
           comm_ = braid::communicator::join(id, 0, 2, o);
         } else {
-          store->wait({key}, timeout);
-          const auto v = store->get(key);
+          const auto v = await_key(store, key, timeout, "connecting a send/recv channel");
           comm_ = braid::communicator::join(braid::unique_id::parse(std::string(v.begin(), v.end())), 1, 2, o);
         }
       } catch (...) {
@@ -142,8 +160,7 @@ backend::backend(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std:
       if (local_size_ > 1) store_->set(key, std::vector<uint8_t>(s.begin(), s.end()));
       local_ = braid::communicator::join(id, 0, local_size_, o);
     } else {
-      store_->wait({key}, timeout_);
-      const auto v = store_->get(key);
+      const auto v = await_key(store_, key, timeout_, "joining the ranks of host " + std::to_string(host_));
       local_ = braid::communicator::join(braid::unique_id::parse(std::string(v.begin(), v.end())), local_rank_, local_size_, o);
     }
   } catch (const braid::error& e) {
@@ -170,6 +187,7 @@ void backend::shutdown() {
   // abort them, so that they (and the peers' matching calls) fail now instead of at the deadline.
   if (progress_.pending()) abort();
   progress_.stop();
+  remote_.stop();
   {
     std::lock_guard<std::mutex> lk(channels_m_);
     channels_.clear();
@@ -280,7 +298,10 @@ namespace {
 // The reduction of `src` into `out` (both contiguous, same shape): PREMUL_SUM scales first.
 template <class F> void with_premul(const reduce_plan& p, const at::Tensor& src, F&& f) {
   if (p.premul) {
-    at::Tensor scaled = src * p.factor;
+    at::Tensor scaled = at::empty_like(src);
+    reduce_plan whole = p; // all of src: a reduce_scatter's input is size() times its plan's count
+    whole.count = nbytes(src) / braid::size_of(p.type);
+    typed_scale(whole, src.data_ptr(), scaled.data_ptr());
     f(scaled.data_ptr());
   } else {
     f(src.data_ptr());
@@ -598,20 +619,13 @@ c10::intrusive_ptr<c10d::Work> backend::send(std::vector<at::Tensor>& tensors, i
   check_one(tensors, "send");
   TORCH_CHECK(dst >= 0 && dst < size_ && dst != rank_, "braid: send: destination ", dst, " is not another rank of this group of ", size_);
   const at::Tensor t = tensors[0].contiguous();
-  const std::uint64_t n = ++calls_;
-  auto w = c10::make_intrusive<work>(rank_, c10d::OpType::SEND,
-                                     "send to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ", call " + std::to_string(n) + " of this group, rank " + std::to_string(rank_) + ")",
-                                     tensors);
-  if (map_.host_of[static_cast<std::size_t>(dst)] != host_) {
+  if (map_.host_of[static_cast<std::size_t>(dst)] != host_) { // another host: Gloo's send, its Work as it is
     std::vector<at::Tensor> ts{t};
-    auto inner = world_->send(ts, dst, tag);
-    progress_.post([w, inner, r = rank_] {
-      std::exception_ptr e;
-      try { inner->wait(); } catch (...) { e = as_backend_error(w->what(), r); }
-      w->complete(e);
-    });
-    return w;
+    return world_->send(ts, dst, tag);
   }
+  auto w = c10::make_intrusive<work>(rank_, c10d::OpType::SEND,
+                                     "send to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ", rank " + std::to_string(rank_) + ")",
+                                     tensors);
   channel_to(rank_, dst, std::to_string(tag))->post(
       [t](braid::communicator& c) { c.send(static_cast<const std::uint8_t*>(t.data_ptr()), nbytes(t), 1); },
       [w, r = rank_](std::exception_ptr e) {
@@ -626,16 +640,16 @@ c10::intrusive_ptr<c10d::Work> backend::send(std::vector<at::Tensor>& tensors, i
 c10::intrusive_ptr<c10d::Work> backend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   check_one(tensors, "recv");
   TORCH_CHECK(src >= 0 && src < size_ && src != rank_, "braid: recv: source ", src, " is not another rank of this group of ", size_);
-  const std::uint64_t n = ++calls_;
   auto w = c10::make_intrusive<work>(rank_, c10d::OpType::RECV,
-                                     "recv from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ", call " + std::to_string(n) + " of this group, rank " + std::to_string(rank_) + ")",
+                                     "recv from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ", rank " + std::to_string(rank_) + ")",
                                      tensors);
   const at::Tensor t = tensors[0];
-  if (map_.host_of[static_cast<std::size_t>(src)] != host_) {
+  if (map_.host_of[static_cast<std::size_t>(src)] != host_) { // another host: Gloo's recv
     auto d = std::make_shared<dense>(t);
     std::vector<at::Tensor> ts{d->d};
     auto inner = world_->recv(ts, src, tag);
-    progress_.post([w, inner, d, r = rank_] {
+    if (d->d.is_same(t)) return inner;
+    remote_.post([w, inner, d, r = rank_] { // copied into the non-contiguous tensor once it arrived
       std::exception_ptr e;
       try { inner->wait(); d->write_back(); } catch (...) { e = as_backend_error(w->what(), r); }
       w->complete(e);
@@ -673,13 +687,38 @@ void backend::exchange(const std::vector<std::tuple<int, const void*, std::size_
     if (e && !st->first) st->first = e;
     if (--st->left == 0) st->cv.notify_all();
   };
-  for (const auto& [peer, data, bytes] : sends)
-    channel_to(rank_, peer, tag)->post([data = data, bytes = bytes](braid::communicator& c) { c.send(static_cast<const std::uint8_t*>(data), bytes, 1); }, done);
-  for (const auto& [peer, data, bytes] : recvs)
-    channel_to(peer, rank_, tag)->post([data = data, bytes = bytes](braid::communicator& c) { c.recv(static_cast<std::uint8_t*>(data), bytes, 0); }, done);
+  // Peers on other hosts: Gloo's send and recv, waited for after the channels' operations are posted.
+  std::vector<c10::intrusive_ptr<c10d::Work>> remote;
+  for (const auto& [peer, data, bytes] : sends) {
+    if (map_.host_of[static_cast<std::size_t>(peer)] != host_) {
+      std::vector<at::Tensor> ts{bytes_of(const_cast<void*>(data), bytes)};
+      remote.push_back(world_->send(ts, peer, all_to_all_tag));
+      done(nullptr);
+    } else {
+      channel_to(rank_, peer, tag)->post([data = data, bytes = bytes](braid::communicator& c) { c.send(static_cast<const std::uint8_t*>(data), bytes, 1); }, done);
+    }
+  }
+  for (const auto& [peer, data, bytes] : recvs) {
+    if (map_.host_of[static_cast<std::size_t>(peer)] != host_) {
+      std::vector<at::Tensor> ts{bytes_of(data, bytes)};
+      remote.push_back(world_->recv(ts, peer, all_to_all_tag));
+      done(nullptr);
+    } else {
+      channel_to(peer, rank_, tag)->post([data = data, bytes = bytes](braid::communicator& c) { c.recv(static_cast<std::uint8_t*>(data), bytes, 0); }, done);
+    }
+  }
+  std::exception_ptr remote_error;
+  for (auto& w : remote) {
+    try {
+      w->wait();
+    } catch (...) {
+      if (!remote_error) remote_error = std::current_exception();
+    }
+  }
   std::unique_lock<std::mutex> lk(st->m);
   st->cv.wait(lk, [&] { return st->left == 0; });
   if (st->first) std::rethrow_exception(st->first);
+  if (remote_error) std::rethrow_exception(remote_error);
 }
 
 c10::intrusive_ptr<c10d::Work> backend::alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
@@ -706,12 +745,6 @@ c10::intrusive_ptr<c10d::Work> backend::alltoall_base(at::Tensor& output, at::Te
   const std::size_t out_row = output.dim() ? nbytes(output) / std::max<int64_t>(1, output.size(0)) : nbytes(output);
   at::Tensor in = input, out = output;
   return submit(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {output}, opts.asyncOp, [this, in, out, in_rows, out_rows, in_row, out_row] {
-    if (map_.hosts > 1) {
-      std::vector<int64_t> o(out_rows), i(in_rows);
-      at::Tensor a = out, b = in;
-      world_->alltoall_base(a, b, o, i)->wait();
-      return;
-    }
     const at::Tensor src = in.contiguous();
     dense d(out);
     const auto* s = static_cast<const std::uint8_t*>(src.data_ptr());
@@ -747,11 +780,6 @@ c10::intrusive_ptr<c10d::Work> backend::alltoall(std::vector<at::Tensor>& output
   }
   std::vector<at::Tensor> ins = inputs, outs = outputs;
   return submit(c10d::OpType::ALLTOALL, "all_to_all", outputs, opts.asyncOp, [this, ins, outs] {
-    if (map_.hosts > 1) {
-      std::vector<at::Tensor> a = outs, b = ins;
-      world_->alltoall(a, b)->wait();
-      return;
-    }
     std::vector<at::Tensor> srcs;
     std::vector<std::shared_ptr<dense>> dsts;
     for (int q = 0; q < size_; ++q) {

@@ -117,6 +117,7 @@ private:
   std::mutex channels_m_;
   std::map<std::tuple<int, int, std::string>, std::shared_ptr<channel>> channels_;
   bool shut_ = false;
+  progress remote_;   // completes receives from other hosts into non-contiguous tensors
   progress progress_; // last: its thread stops first
 };
 

@@ -20,4 +20,15 @@ void typed_combine(const reduce_plan& p, const void* blocks, std::size_t parts, 
   });
 }
 
+void typed_scale(const reduce_plan& p, const void* in, void* out) {
+  braid::visit(p.type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = braid::default_accumulator_t<T>;
+    const T* i = static_cast<const T*>(in);
+    T* o = static_cast<T*>(out);
+    const A f = static_cast<A>(p.factor);
+    for (std::size_t k = 0; k < p.count; ++k) o[k] = static_cast<T>(static_cast<A>(i[k]) * f);
+  });
+}
+
 } // namespace braid_torch

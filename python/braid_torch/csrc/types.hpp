@@ -45,6 +45,8 @@ reduce_plan plan_reduction(const at::Tensor& t, const c10d::ReduceOp& op, const 
 void typed_all_reduce(braid::communicator& c, const reduce_plan& p, const void* in, void* out);
 void typed_reduce(braid::communicator& c, const reduce_plan& p, const void* in, void* out, int root);
 void typed_reduce_scatter(braid::communicator& c, const reduce_plan& p, const void* in, void* out); // p.count per rank
+// out[i] = in[i] * p.factor, computed in the accumulator type (PREMUL_SUM's scaling, p.count elements).
+void typed_scale(const reduce_plan& p, const void* in, void* out);
 // Reduces `parts` blocks of p.count elements each, in block order 0..parts-1, into out (the step
 // between hosts). With p.op == avg the blocks are sums and the result is divided by `divisor`.
 void typed_combine(const reduce_plan& p, const void* blocks, std::size_t parts, void* out, int divisor);
