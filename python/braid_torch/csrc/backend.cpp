@@ -199,9 +199,9 @@ c10::intrusive_ptr<c10d::Work> backend::submit(c10d::OpType type, const char* wh
                                                bool async_op, std::function<void()> body) {
   TORCH_CHECK(!shut_, "braid: ", what, ": the process group was shut down");
   const std::uint64_t n = ++calls_;
-  auto w = c10::make_intrusive<work>(rank_, type,
-                                     std::string(what) + " (call " + std::to_string(n) + " of this group, rank " + std::to_string(rank_) + ")",
-                                     std::move(outputs));
+  auto w = c10::make_intrusive<work>(
+      rank_, type, [what, n, r = rank_] { return std::string(what) + " (call " + std::to_string(n) + " of this group, rank " + std::to_string(r) + ")"; },
+      std::move(outputs));
   auto task = [w, body = std::move(body), r = rank_] {
     std::exception_ptr e;
     try {
@@ -623,9 +623,10 @@ c10::intrusive_ptr<c10d::Work> backend::send(std::vector<at::Tensor>& tensors, i
     std::vector<at::Tensor> ts{t};
     return world_->send(ts, dst, tag);
   }
-  auto w = c10::make_intrusive<work>(rank_, c10d::OpType::SEND,
-                                     "send to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ", rank " + std::to_string(rank_) + ")",
-                                     tensors);
+  auto w = c10::make_intrusive<work>(
+      rank_, c10d::OpType::SEND,
+      [dst, tag, r = rank_] { return "send to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ", rank " + std::to_string(r) + ")"; },
+      tensors);
   channel_to(rank_, dst, std::to_string(tag))->post(
       [t](braid::communicator& c) { c.send(static_cast<const std::uint8_t*>(t.data_ptr()), nbytes(t), 1); },
       [w, r = rank_](std::exception_ptr e) {
@@ -640,9 +641,10 @@ c10::intrusive_ptr<c10d::Work> backend::send(std::vector<at::Tensor>& tensors, i
 c10::intrusive_ptr<c10d::Work> backend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   check_one(tensors, "recv");
   TORCH_CHECK(src >= 0 && src < size_ && src != rank_, "braid: recv: source ", src, " is not another rank of this group of ", size_);
-  auto w = c10::make_intrusive<work>(rank_, c10d::OpType::RECV,
-                                     "recv from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ", rank " + std::to_string(rank_) + ")",
-                                     tensors);
+  auto w = c10::make_intrusive<work>(
+      rank_, c10d::OpType::RECV,
+      [src, tag, r = rank_] { return "recv from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ", rank " + std::to_string(r) + ")"; },
+      tensors);
   const at::Tensor t = tensors[0];
   if (map_.host_of[static_cast<std::size_t>(src)] != host_) { // another host: Gloo's recv
     auto d = std::make_shared<dense>(t);

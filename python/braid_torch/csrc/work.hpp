@@ -1,9 +1,13 @@
-// braid_torch/csrc/work.hpp — the Work a braid operation returns: completed by the progress thread,
-// with a future (DDP's comm hooks chain on it) that completes with the operation's output tensors.
+// braid_torch/csrc/work.hpp — the Work a braid operation returns: completed by the thread that ran the
+// operation, with a future (DDP's comm hooks chain on it) that completes with its output tensors.
+//
+// The future is made only when asked for (a synchronous call never asks), and the operation's name
+// is spelled out only for a message: a small call pays for neither.
 #pragma once
 
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,15 +18,21 @@ namespace braid_torch {
 
 class work final : public c10d::Work {
 public:
-  work(int rank, c10d::OpType type, std::string what, std::vector<at::Tensor> outputs)
-      : c10d::Work(rank, type), what_(std::move(what)), outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+  // describe() names the operation in messages: "all_reduce (call 7 of this group, rank 1)".
+  work(int rank, c10d::OpType type, std::function<std::string()> describe, std::vector<at::Tensor> outputs)
+      : c10d::Work(rank, type), describe_(std::move(describe)), outputs_(std::move(outputs)) {}
 
   // Called once, by the thread that ran the operation.
   void complete(std::exception_ptr error) {
-    finish(error);
-    if (error) future_->setError(error);
-    else future_->markCompleted(c10::IValue(outputs_));
+    c10::intrusive_ptr<c10::ivalue::Future> f;
+    {
+      std::lock_guard<std::mutex> lk(mutex_);
+      completed_ = true;
+      exception_ = error;
+      f = future_;
+    }
+    cv_.notify_all();
+    if (f) settle(*f);
   }
 
   // Waits for completion; a finite timeout that passes raises DistBackendError naming the operation
@@ -32,7 +42,7 @@ public:
     if (timeout == kNoTimeout) {
       cv_.wait(lk, [&] { return completed_; });
     } else if (!cv_.wait_for(lk, timeout, [&] { return completed_; })) {
-      C10_THROW_ERROR(DistBackendError, "braid: " + what_ + " did not complete within the " +
+      C10_THROW_ERROR(DistBackendError, "braid: " + describe_() + " did not complete within the " +
                                             std::to_string(timeout.count()) + " ms given to Work.wait()");
     }
     if (exception_) std::rethrow_exception(exception_);
@@ -40,13 +50,37 @@ public:
   }
   void synchronize() override {}
   std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-  const std::string& what() const { return what_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    c10::intrusive_ptr<c10::ivalue::Future> f;
+    bool done = false;
+    {
+      std::lock_guard<std::mutex> lk(mutex_);
+      if (!future_) future_ = c10::make_intrusive<c10::ivalue::Future>(tensor_list_type());
+      f = future_;
+      done = completed_;
+    }
+    if (done && !f->completed()) settle(*f);
+    return f;
+  }
+  std::string what() const { return describe_(); }
 
 private:
-  std::string what_;
+  static const c10::TypePtr& tensor_list_type() {
+    static const c10::TypePtr t = c10::ListType::create(c10::TensorType::get());
+    return t;
+  }
+  // Completes the future once (complete() and getFuture() may race to it: the second finds it done).
+  void settle(c10::ivalue::Future& f) {
+    std::lock_guard<std::mutex> lk(settle_m_);
+    if (f.completed()) return;
+    if (exception_) f.setError(exception_);
+    else f.markCompleted(c10::IValue(outputs_));
+  }
+
+  std::function<std::string()> describe_;
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::mutex settle_m_;
 };
 
 } // namespace braid_torch
