@@ -186,3 +186,50 @@ def coalesced(rank, size):
 
 def test_coalesced_forms():
     assert all(run_world(coalesced, 3))
+
+
+def any_source(rank, size):
+    dist = init()
+    got = []
+    if rank == 0:
+        # One receive naming rank 1 first, then receives from any source for the rest.
+        t = torch.empty(3)
+        dist.recv(t, src=1, tag=5)
+        got.append(("named", 1, t[0].item()))
+        for _ in range(2 * (size - 1) - 1):
+            t = torch.empty(3)
+            src = dist.recv(t, tag=5)
+            got.append(("any", src, t[0].item()))
+    else:
+        for k in range(2):
+            dist.send(torch.full((3,), float(10 * rank + k)), 0, tag=5)
+    dist.barrier()
+    dist.destroy_process_group()
+    return got
+
+
+def test_recv_from_any_source():
+    out = run_world(any_source, 3, env={"BRAID_ANY_SOURCE": "1"})
+    got = out[0]
+    assert got[0] == ("named", 1, 10.0)
+    assert sorted((s, v) for _, s, v in got[1:]) == [(1, 11.0), (2, 20.0), (2, 21.0)], got
+    # Messages of one sender arrive in the order it sent them.
+    from_2 = [v for _, s, v in got if s == 2]
+    assert from_2 == [20.0, 21.0]
+
+
+def any_source_refused(rank, size):
+    dist = init()
+    msg = None
+    if rank == 0:
+        try:
+            dist.recv(torch.empty(1))
+        except RuntimeError as e:
+            msg = str(e)
+    dist.destroy_process_group()
+    return msg
+
+
+def test_recv_from_any_source_without_the_opt_in_is_refused():
+    out = run_world(any_source_refused, 2)
+    assert "BRAID_ANY_SOURCE=1" in out[0], out[0]

@@ -1,6 +1,7 @@
 #include "backend.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 
@@ -151,6 +152,7 @@ backend::backend(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std:
   local_rank_ = static_cast<int>(std::find(mine.begin(), mine.end(), rank) - mine.begin());
   TORCH_CHECK(map_.hosts == 1 || world_, "braid: a group over ", map_.hosts, " hosts needs the Gloo group between hosts");
   TORCH_CHECK(map_.hosts == 1 || local_rank_ != 0 || cross_, "braid: a host's first rank needs the Gloo group of hosts");
+  if (const char* a = std::getenv("BRAID_ANY_SOURCE"); a && *a && std::string(a) != "0") any_source_ = true;
   const std::string key = "braid/uid/" + std::to_string(host_);
   try {
     const braid::options o = braid_options(timeout_, false);
@@ -187,6 +189,7 @@ void backend::shutdown() {
   // abort them, so that they (and the peers' matching calls) fail now instead of at the deadline.
   if (progress_.pending()) abort();
   progress_.stop();
+  any_thread_.stop();
   remote_.stop();
   {
     std::lock_guard<std::mutex> lk(channels_m_);
@@ -627,8 +630,18 @@ c10::intrusive_ptr<c10d::Work> backend::send(std::vector<at::Tensor>& tensors, i
       rank_, c10d::OpType::SEND,
       [dst, tag, r = rank_] { return "send to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ", rank " + std::to_string(r) + ")"; },
       tensors);
+  if (any_source_) {
+    // Announced here, before the channel connects: a receiver from any source connects only the
+    // channels whose messages it was told of.
+    const std::string box = "braid/any/" + std::to_string(dst) + "/" + std::to_string(tag);
+    const auto k = store_->add(box, 1);
+    const std::string me = std::to_string(rank_);
+    store_->set(box + "/" + std::to_string(k), std::vector<uint8_t>(me.begin(), me.end()));
+  }
   channel_to(rank_, dst, std::to_string(tag))->post(
-      [t](braid::communicator& c) { c.send(static_cast<const std::uint8_t*>(t.data_ptr()), nbytes(t), 1); },
+      [t](braid::communicator& c) {
+        c.send(static_cast<const std::uint8_t*>(t.data_ptr()), nbytes(t), 1);
+      },
       [w, r = rank_](std::exception_ptr e) {
         if (e) {
           try { std::rethrow_exception(e); } catch (...) { e = as_backend_error(w->what(), r); }
@@ -658,6 +671,10 @@ c10::intrusive_ptr<c10d::Work> backend::recv(std::vector<at::Tensor>& tensors, i
     });
     return w;
   }
+  if (any_source_) {
+    std::lock_guard<std::mutex> lk(any_m_);
+    ++any_[tag].skip[src];
+  }
   auto d = std::make_shared<dense>(t);
   channel_to(src, rank_, std::to_string(tag))->post(
       [d](braid::communicator& c) {
@@ -670,6 +687,66 @@ c10::intrusive_ptr<c10d::Work> backend::recv(std::vector<at::Tensor>& tensors, i
         }
         w->complete(e);
       });
+  return w;
+}
+
+c10::intrusive_ptr<c10d::Work> backend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  check_one(tensors, "recv from any source");
+  TORCH_CHECK(any_source_, "braid: recv from any source needs BRAID_ANY_SOURCE=1 in the environment of every rank of the group ",
+              "(each send then announces itself through the store, which costs it two store round trips)");
+  TORCH_CHECK(map_.hosts == 1, "braid: recv from any source is not supported across hosts (this group spans ", map_.hosts, ")");
+  auto w = c10::make_intrusive<work>(
+      rank_, c10d::OpType::RECVANYSOURCE,
+      [tag, r = rank_] { return "recv from any source (tag " + std::to_string(tag) + ", rank " + std::to_string(r) + ")"; }, tensors);
+  auto d = std::make_shared<dense>(tensors[0]);
+  any_thread_.post([this, w, d, tag] {
+    const std::string box = "braid/any/" + std::to_string(rank_) + "/" + std::to_string(tag);
+    int src = -1;
+    try {
+      for (;;) {
+        std::uint64_t k;
+        {
+          std::lock_guard<std::mutex> lk(any_m_);
+          k = any_[tag].next++;
+        }
+        const std::string key = box + "/" + std::to_string(k);
+        const auto v = await_key(store_, key, timeout_, w->what());
+        store_->deleteKey(key);
+        const int from = std::stoi(std::string(v.begin(), v.end()));
+        std::lock_guard<std::mutex> lk(any_m_);
+        auto& skip = any_[tag].skip[from];
+        if (skip > 0) { // a receive naming this source takes this message
+          --skip;
+          continue;
+        }
+        src = from;
+        break;
+      }
+    } catch (...) {
+      w->complete(as_backend_error(w->what(), rank_));
+      return;
+    }
+    w->set_source(src);
+    std::mutex m;
+    std::condition_variable cv;
+    bool done = false;
+    channel_to(src, rank_, std::to_string(tag))->post(
+        [d](braid::communicator& c) {
+          c.recv(static_cast<std::uint8_t*>(d->data()), nbytes(d->d), 0);
+          d->write_back();
+        },
+        [&, w, r = rank_](std::exception_ptr e) {
+          if (e) {
+            try { std::rethrow_exception(e); } catch (...) { e = as_backend_error(w->what(), r); }
+          }
+          w->complete(e);
+          std::lock_guard<std::mutex> lk(m);
+          done = true;
+          cv.notify_all();
+        });
+    std::unique_lock<std::mutex> lk(m);
+    cv.wait(lk, [&] { return done; }); // the next receive from any source reads the next announcement
+  });
   return w;
 }
 

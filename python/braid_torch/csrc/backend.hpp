@@ -83,6 +83,10 @@ public:
                                           const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  // Receives from any source need BRAID_ANY_SOURCE=1 on every rank of the group: then every send
+  // announces itself in the store (two store round trips per send) so that the receiver learns, in
+  // the order the messages were sent, which channel to read next.
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
   void setSequenceNumberForGroup() override {}
@@ -117,6 +121,14 @@ private:
   std::mutex channels_m_;
   std::map<std::tuple<int, int, std::string>, std::shared_ptr<channel>> channels_;
   bool shut_ = false;
+  bool any_source_ = false; // BRAID_ANY_SOURCE
+  struct any_state {
+    std::uint64_t next = 1;          // the next announcement to read
+    std::map<int, std::uint64_t> skip; // receives posted per source, not yet matched to an announcement
+  };
+  std::mutex any_m_;
+  std::map<int, any_state> any_; // by tag
+  progress any_thread_; // reads the announcements for receives from any source, in their order
   progress remote_;   // completes receives from other hosts into non-contiguous tensors
   progress progress_; // last: its thread stops first
 };

@@ -5,6 +5,7 @@
 // is spelled out only for a message: a small call pays for neither.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <functional>
@@ -63,6 +64,9 @@ public:
     return f;
   }
   std::string what() const { return describe_(); }
+  // The rank a receive from any source got its message from (-1 until known, and for other operations).
+  int sourceRank() const override { return source_.load(); }
+  void set_source(int r) { source_.store(r); }
 
 private:
   static const c10::TypePtr& tensor_list_type() {
@@ -81,6 +85,7 @@ private:
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::mutex settle_m_;
+  std::atomic<int> source_{-1};
 };
 
 } // namespace braid_torch
