@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up and runs every test: installs the Debian packages, configures, builds (CUDA sources too when
 # nvcc exists, for sm_90 unless CUDAARCHS says otherwise) and runs CTest. GPU tests report skipped
-# where there is no GPU. Usage: scripts/test.sh [build-dir]
+# where there is no GPU. Then the CPU tests under sanitizers, and the PyTorch backend's tests with the
+# pinned torch (scripts/test-torch.sh; BRAID_TORCH=0 skips them). Usage: scripts/test.sh [build-dir]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -32,4 +33,9 @@ fi
 if [ "${BRAID_SANITIZERS:-1}" != 0 ]; then
   bash scripts/sanitize.sh asan "$build-asan"
   bash scripts/sanitize.sh tsan "$build-tsan"
+fi
+# The PyTorch backend (python/): the pinned torch into .deps/, braid_torch built against it, its own
+# tests and PyTorch's distributed test suite with backend braid (docs/torch.md).
+if [ "${BRAID_TORCH:-1}" != 0 ]; then
+  bash scripts/test-torch.sh
 fi

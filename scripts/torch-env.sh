@@ -17,7 +17,7 @@ if [ ! -f "$venv/.installed" ]; then
   python3 -m venv "$venv" >&2 || {
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null && python3 -m venv "$venv"
   } >&2
-  "$py" -m pip install --quiet "torch==$TORCH_VERSION" numpy pytest ninja wheel setuptools >&2
+  "$py" -m pip install --quiet "torch==$TORCH_VERSION" numpy pytest expecttest ninja wheel setuptools >&2
   echo "torch==$TORCH_VERSION" >"$venv/.installed"
 fi
 # Rebuilt on every run (ninja recompiles only what changed): the extension is compiled against the
