@@ -23,10 +23,19 @@ How a run works: the environment that distributed_test reads at import
 (BACKEND, WORLD_SIZE, TEMP_DIR, INIT_METHOD) is set first; the backend joins
 DistTestCases.backend_feature's "plugin", "ddp", "subgroup", "gpu" and "cuda"
 sets so that no test is skipped merely for being a plugin; the plugin module
-is imported; then distributed_test. Each test spawns WORLD_SIZE processes
-(torch.multiprocessing, "spawn"), which import this file again as
-``__mp_main__`` and take their settings from the environment, so the module
-level below must stay importable without arguments.
+is imported; then distributed_test. Collectives a backend lacks (its
+DistTestCases.skip_collective keys) are in SKIP_COLLECTIVE below, and
+environment variables that some tests need (braid's BRAID_ANY_SOURCE) in
+TEST_ENV. Each test starts WORLD_SIZE ranks. By default they are spawned, as
+in torch's own CI: each imports torch, the plugin and this file again (as
+``__mp_main__``, taking its settings from the environment, so the module level
+below must stay importable without arguments), about 5 s of CPU per rank,
+which is most of a run's time. ``--start-method fork`` copies the driver
+instead and runs the same tests over ten times faster. ``--timeout`` bounds one
+test (torch's default is 300 s; the ranks' process groups time out at 60 s).
+
+Needs expecttest beside torch (pip install expecttest): torch.testing._internal
+imports it.
 
 The last line printed is ``torch_suite: N passed, N failed, N skipped``; the
 exit status is 1 when any test failed or errored, 2 on a usage error.
@@ -34,6 +43,7 @@ exit status is 1 when any test failed or errored, 2 on a usage error.
 
 import argparse
 import ast
+import atexit
 import fnmatch
 import importlib
 import inspect
@@ -62,10 +72,17 @@ FEATURES = ("plugin", "ddp", "subgroup", "gpu", "cuda")
 # belongs here, never a test that fails. Keys: "allgather_coalesced",
 # "reduce", "sendrecv anysource", "cpu barrier".
 SKIP_COLLECTIVE = {
-    # braid_torch has no recvAnysource (c10d's default raises "does not
-    # support recvAnysource"); braid's point-to-point calls name their peer.
-    "braid": {"sendrecv anysource": "recv without a source rank (recvAnysource)"},
+    "braid": {},
     "fakegloo": {},
+}
+
+# Environment a backend needs for some tests, set in the driver before the
+# ranks start and restored after: (glob over test names, {variable: value}).
+# braid receives from any source only where every rank has BRAID_ANY_SOURCE=1
+# (each send then announces itself through the store), so only the tests of
+# recv-from-any-source run in that mode and the rest in braid's default one.
+TEST_ENV = {
+    "braid": [("test_send_recv_any_source*", {"BRAID_ANY_SOURCE": "1"})],
 }
 
 # Decorators of _DistTestBase tests, by what they do to a CPU plugin run.
@@ -168,11 +185,6 @@ def _parse_args(argv):
     args.backend = args.backend.lower()
     if args.backend in BUILT_IN:
         p.error(f"{args.backend} is built into torch; this driver is for plugin backends")
-    if args.skip_collective:
-        from_torch = {"allgather_coalesced", "reduce", "sendrecv anysource", "cpu barrier"}
-        bad = {k.strip() for k in args.skip_collective.split(",") if k.strip()} - from_torch
-        if bad:
-            p.error(f"--skip-collective: unknown {sorted(bad)}; torch's keys: {sorted(from_torch)}")
     if args.world_size < 1:
         p.error("--world-size must be at least 1")
     if not (args.list or args.write_skips) and not args.module:
@@ -186,6 +198,8 @@ def _configure_environment(args):
     os.environ["WORLD_SIZE"] = str(args.world_size)
     os.environ.setdefault("INIT_METHOD", "env://")
     temp_dir = tempfile.mkdtemp(prefix="torch_suite_")
+    driver = os.getpid()
+    atexit.register(lambda: os.getpid() == driver and shutil.rmtree(temp_dir, ignore_errors=True))
     for sub in ("barrier", "test_dir", "init_dir"):
         os.mkdir(os.path.join(temp_dir, sub))
     os.environ["TEMP_DIR"] = temp_dir
@@ -221,12 +235,20 @@ BACKEND = os.environ["BACKEND"]
 if os.environ.get(ENV_MODULE):
     importlib.import_module(os.environ[ENV_MODULE])
 
+try:
+    import expecttest  # noqa: E402, F401
+except ImportError:
+    raise SystemExit("torch_suite.py: torch.testing._internal needs expecttest: pip install expecttest")
 from torch.testing._internal import common_distributed  # noqa: E402
 from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
 
 for _feature in FEATURES:
     DistTestCases.backend_feature.setdefault(_feature, set()).add(BACKEND)
 for _key in filter(None, os.environ.get(ENV_SKIP_COLLECTIVE, "").split(",")):
+    if _key not in DistTestCases.skip_collective:
+        raise SystemExit(
+            f"torch_suite.py: no skip_collective key {_key!r}; torch has {sorted(DistTestCases.skip_collective)}"
+        )
     DistTestCases.skip_collective[_key].add(BACKEND)
 
 import torch  # noqa: E402
@@ -236,6 +258,13 @@ from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
     DistributedTest,
     TestDistBackend,
 )
+
+
+def _restore_env(var, value):
+    if value is None:
+        os.environ.pop(var, None)
+    else:
+        os.environ[var] = value
 
 
 class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
@@ -248,6 +277,11 @@ class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
         reason = self.pre_skip.get(self._testMethodName)
         if reason:
             raise unittest.SkipTest(reason)
+        for pattern, env in TEST_ENV.get(BACKEND, []):
+            if fnmatch.fnmatchcase(self._testMethodName, pattern):
+                for var, value in env.items():
+                    self.addCleanup(_restore_env, var, os.environ.get(var))
+                    os.environ[var] = value
         super().setUp()
         if self.start_method == "fork":
             self._start_processes(torch.multiprocessing.get_context("fork").Process)
@@ -550,7 +584,7 @@ def main():
 
     recorded_backend, recorded = _excluded_in_file(SKIPS_FILE)
     computed = {n for n, v in verdicts.items() if not v[0]}
-    if recorded_backend == BACKEND and recorded != computed:
+    if recorded_backend == BACKEND and ARGS.skip_collective is None and recorded != computed:
         print(
             f"torch_suite: warning: {SKIPS_FILE} is out of date for this torch/backend "
             f"(only in file: {sorted(recorded - computed)}; only computed: {sorted(computed - recorded)}); "
@@ -643,8 +677,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        status = main()
-    finally:
-        shutil.rmtree(TEMP_DIR, ignore_errors=True)
-    sys.exit(status)
+    sys.exit(main())
