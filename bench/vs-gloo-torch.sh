@@ -16,7 +16,8 @@
 #   named torch-*-gloo-<date>-... and the picture goes beside the log, not to docs/img/).
 # --quick: a smoke run (1 pass, world 2, up to 1 MiB; 1 ResNet run of 5 steps per backend), logs and
 #   picture in a temporary directory that is printed, not under bench/results/ or docs/img/.
-# Environment: PYTHON (default .deps/torch-venv/bin/python, else python3), AR_ARGS (more arguments for
+# Environment: PYTHON (default: the pinned torch's environment, set up and braid_torch built by
+#   scripts/torch-env.sh), AR_ARGS (more arguments for
 #   torch_allreduce.py, e.g. "--passes 5 --factor 2"), RESNET_ARGS (more for torch_ddp_resnet.py),
 #   PLOT_PYTHON (the interpreter for the plot; default $PYTHON, which re-runs it under /usr/bin/python3
 #   where matplotlib is missing, as bench/plotlib.py does).
@@ -38,8 +39,9 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-PYTHON=${PYTHON:-.deps/torch-venv/bin/python}
-[[ -x "$PYTHON" ]] || PYTHON=python3
+if [[ -z "${PYTHON:-}" ]]; then
+  PYTHON=$(bash scripts/torch-env.sh | tail -1)
+fi
 PLOT_PYTHON=${PLOT_PYTHON:-$PYTHON}
 if ! "$PYTHON" -c "import torch, numpy" 2>/dev/null; then
   echo "vs-gloo-torch.sh: $PYTHON lacks torch or numpy (set PYTHON)" >&2
