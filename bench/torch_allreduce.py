@@ -68,7 +68,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def worker(rank, world, backend, port, dtypes, a, queue):
+def worker(rank, port, world, backend, dtypes, a, queue):
     try:
         torch.set_num_threads(a.threads)
         if backend == "braid":
@@ -123,15 +123,18 @@ def worker(rank, world, backend, port, dtypes, a, queue):
         raise
 
 
-def run_job(world, backend, dtypes, a):
+def run_ranks(world, target, args, timeout):
+    """Starts `world` spawned processes target(rank, port, *args, queue) and collects what each puts
+    on the queue, (rank, result, traceback or None), for at most `timeout` seconds. Returns
+    (results by rank, error lines, the processes), every process ended."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=worker, args=(r, world, backend, port, dtypes, a, queue)) for r in range(world)]
+    procs = [ctx.Process(target=target, args=(r, port, *args, queue)) for r in range(world)]
     for p in procs:
         p.start()
     got, errors = {}, []
-    deadline = time.time() + a.job_timeout
+    deadline = time.time() + timeout
     while len(got) + len(errors) < world and time.time() < deadline:
         try:
             rank, res, err = queue.get(timeout=5)
@@ -148,6 +151,11 @@ def run_job(world, backend, dtypes, a):
         if p.is_alive():
             p.kill()
             p.join()
+    return got, errors, procs
+
+
+def run_job(world, backend, dtypes, a):
+    got, errors, procs = run_ranks(world, worker, (world, backend, dtypes, a), a.job_timeout)
     if errors or len(got) < world:
         detail = "\n".join(errors) or f"only {len(got)} of {world} ranks reported (exit codes {[p.exitcode for p in procs]})"
         raise SystemExit(f"torch_allreduce.py: world {world} backend {backend} failed:\n{detail}")

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import vs_pytorch_resnet as vpr  # noqa: E402  the ResNet-20, read_idx, make_batch of bench/vs-pytorch.sh
-from torch_allreduce import braid_version, cpu_tag, free_port, machine_info  # noqa: E402
+from torch_allreduce import braid_version, cpu_tag, machine_info, run_ranks  # noqa: E402
 
 
 def digest(model):
@@ -47,7 +47,7 @@ def digest(model):
     return torch.from_numpy(np.frombuffer(h.digest(), dtype=np.int32).copy())
 
 
-def worker(rank, backend, port, a, queue):
+def worker(rank, port, backend, a, queue):
     try:
         torch.set_num_threads(a.threads)
         if backend == "braid":
@@ -100,30 +100,7 @@ def worker(rank, backend, port, a, queue):
 
 
 def run_job(backend, a):
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=worker, args=(r, backend, port, a, queue)) for r in range(a.ranks)]
-    for p in procs:
-        p.start()
-    got, errors = {}, []
-    deadline = time.time() + a.job_timeout
-    while len(got) + len(errors) < a.ranks and time.time() < deadline:
-        try:
-            rank, res, err = queue.get(timeout=5)
-        except Exception:
-            if all(p.exitcode is not None for p in procs) and queue.empty():
-                break
-            continue
-        if err:
-            errors.append(f"rank {rank}: {err}")
-        else:
-            got[rank] = res
-    for p in procs:
-        p.join(timeout=10)
-        if p.is_alive():
-            p.kill()
-            p.join()
+    got, errors, _ = run_ranks(a.ranks, worker, (backend, a), a.job_timeout)
     if errors or len(got) < a.ranks:
         detail = "\n".join(errors) or f"only {len(got)} of {a.ranks} ranks reported"
         raise SystemExit(f"torch_ddp_resnet.py: backend {backend} failed:\n{detail}")
