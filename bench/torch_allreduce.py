@@ -123,6 +123,14 @@ def worker(rank, port, world, backend, dtypes, a, queue):
         raise
 
 
+def write_log(path, lines):
+    """Writes the lines to path (its folder made if need be) and says where."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"# log: {path}", flush=True)
+
+
 def run_ranks(world, target, args, timeout):
     """Starts `world` spawned processes target(rank, port, *args, queue) and collects what each puts
     on the queue, (rank, result, traceback or None), for at most `timeout` seconds. Returns
@@ -369,10 +377,7 @@ def main():
     text = "\n".join(out[len(header):]) + "\n"
     print(text, end="", flush=True)
     if log_path:
-        os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
-        with open(log_path, "w") as f:
-            f.write("\n".join(out) + "\n")
-        print(f"# log: {log_path}", flush=True)
+        write_log(log_path, out)
     sys.exit(1 if failed else 0)
 
 

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import vs_pytorch_resnet as vpr  # noqa: E402  the ResNet-20, read_idx, make_batch of bench/vs-pytorch.sh
-from torch_allreduce import braid_version, cpu_tag, machine_info, run_ranks  # noqa: E402
+from torch_allreduce import braid_version, cpu_tag, machine_info, run_ranks, write_log  # noqa: E402
 
 
 def digest(model):
@@ -180,10 +180,7 @@ def main():
         print(line, flush=True)
     lines += summary
     if log_path:
-        os.makedirs(os.path.dirname(log_path), exist_ok=True)
-        with open(log_path, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        print(f"# log: {log_path}", flush=True)
+        write_log(log_path, lines)
     sys.exit(1 if failed else 0)
 
 

@@ -14,7 +14,7 @@ status=0
 # Last, so that CI's closing line is the suite's "torch_suite: N passed, N failed, N skipped". Every
 # selected test at world sizes 2 and 3; at 4 those that need exactly 4 ranks, at 8 the subgroup
 # tests (torch skips them below 8 ranks). Ranks are forked from the driver (spawned, each imports torch
-# again: 375 s instead of 30 s at world size 2 on the 2-core VM).
+# again: 375 s against 22 s at world size 2 on the 2-core VM: bench/results/torch-suite-spawn-2026-12-02-epyc-cpu.txt, emu-ci-2026-12-02-run1-epyc-cpu.txt).
 suite=("$py" python/tests/torch_suite.py --backend braid --module braid_torch --start-method fork)
 "${suite[@]}" --world-size 2 || status=$?
 "${suite[@]}" --world-size 3 || status=$?

@@ -42,6 +42,21 @@ std::exception_ptr as_backend_error(const std::string& what, int rank) {
   }
 }
 
+// A channel operation's completion: finishes w with the operation's error, if any, as a
+// DistBackendError naming w.
+std::function<void(std::exception_ptr)> completes(const c10::intrusive_ptr<work>& w, int rank) {
+  return [w, rank](std::exception_ptr e) {
+    if (e) {
+      try {
+        std::rethrow_exception(e);
+      } catch (...) {
+        e = as_backend_error(w->what(), rank);
+      }
+    }
+    w->complete(e);
+  };
+}
+
 void check_one(const std::vector<at::Tensor>& ts, const char* what) {
   TORCH_CHECK(ts.size() == 1, "braid: ", what, " takes exactly one tensor per rank, got ", ts.size());
   require_cpu(ts[0], what);
@@ -642,12 +657,7 @@ c10::intrusive_ptr<c10d::Work> backend::send(std::vector<at::Tensor>& tensors, i
       [t](braid::communicator& c) {
         c.send(static_cast<const std::uint8_t*>(t.data_ptr()), nbytes(t), 1);
       },
-      [w, r = rank_](std::exception_ptr e) {
-        if (e) {
-          try { std::rethrow_exception(e); } catch (...) { e = as_backend_error(w->what(), r); }
-        }
-        w->complete(e);
-      });
+      completes(w, rank_));
   return w;
 }
 
@@ -681,12 +691,7 @@ c10::intrusive_ptr<c10d::Work> backend::recv(std::vector<at::Tensor>& tensors, i
         c.recv(static_cast<std::uint8_t*>(d->data()), nbytes(d->d), 0);
         d->write_back();
       },
-      [w, r = rank_](std::exception_ptr e) {
-        if (e) {
-          try { std::rethrow_exception(e); } catch (...) { e = as_backend_error(w->what(), r); }
-        }
-        w->complete(e);
-      });
+      completes(w, rank_));
   return w;
 }
 
@@ -735,11 +740,8 @@ c10::intrusive_ptr<c10d::Work> backend::recvAnysource(std::vector<at::Tensor>& t
           c.recv(static_cast<std::uint8_t*>(d->data()), nbytes(d->d), 0);
           d->write_back();
         },
-        [&, w, r = rank_](std::exception_ptr e) {
-          if (e) {
-            try { std::rethrow_exception(e); } catch (...) { e = as_backend_error(w->what(), r); }
-          }
-          w->complete(e);
+        [&, finish = completes(w, rank_)](std::exception_ptr e) {
+          finish(e);
           std::lock_guard<std::mutex> lk(m);
           done = true;
           cv.notify_all();

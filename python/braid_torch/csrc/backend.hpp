@@ -95,8 +95,6 @@ public:
   void abort() override;
   void shutdown() override;
 
-  int hosts() const { return map_.hosts; }
-
 private:
   // Queues (or, when synchronous and idle, runs) `body` as operation `what` on the progress thread.
   c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, const char* what, std::vector<at::Tensor> outputs, bool async_op,
