@@ -3,7 +3,8 @@
     import braid_torch                       # registers the backend "braid"
     torch.distributed.init_process_group("braid")
 
-One process per rank, as torchrun or mpirun start them, CPU tensors. The ranks of one host share
+One process per rank, as torchrun or mpirun start them; CPU tensors, and CUDA tensors where the
+package was built with CUDA (`braid_torch.has_cuda`). The ranks of one host share
 memory through braid; between hosts, braid runs inside each host and a Gloo group carries the step
 between hosts. A rank's host is its hostname, or BRAID_HOST_ID when set (the tests use it to
 simulate several hosts on one machine; ranks with one host id must be on one machine).
@@ -18,9 +19,10 @@ import torch.distributed as dist
 
 from . import _C
 
-__all__ = ["host_id", "backend_name"]
+__all__ = ["host_id", "backend_name", "has_cuda"]
 
 backend_name = "braid"
+has_cuda = bool(_C.has_cuda)  # whether this build serves CUDA tensors
 
 
 def host_id() -> str:
@@ -62,7 +64,7 @@ def _register():
     """Registers "braid" once (importing the package again, or torch's entry-point loading, is a no-op)."""
     if hasattr(dist.Backend, backend_name.upper()):
         return
-    dist.Backend.register_backend(backend_name, _create, extended_api=True, devices=["cpu"])
+    dist.Backend.register_backend(backend_name, _create, extended_api=True, devices=["cpu", "cuda"] if has_cuda else ["cpu"])
 
 
 _register()

@@ -9,6 +9,8 @@
 
 #include <braid/bootstrap/unique_id.hpp>
 
+#include "cuda_path.hpp"
+
 namespace braid_torch {
 
 namespace {
@@ -59,12 +61,22 @@ std::function<void(std::exception_ptr)> completes(const c10::intrusive_ptr<work>
 
 void check_one(const std::vector<at::Tensor>& ts, const char* what) {
   TORCH_CHECK(ts.size() == 1, "braid: ", what, " takes exactly one tensor per rank, got ", ts.size());
-  require_cpu(ts[0], what);
+}
+
+// A flat byte view of n bytes at p on device d.
+at::Tensor blob(const void* p, std::size_t n, const at::Device& d) {
+  return at::from_blob(const_cast<void*>(p), {static_cast<int64_t>(n)}, at::TensorOptions().dtype(at::kByte).device(d));
 }
 
 at::Tensor bytes_of(void* p, std::size_t n) {
   return at::from_blob(p, {static_cast<int64_t>(n)}, at::TensorOptions().dtype(at::kByte));
 }
+
+// The Gloo tag all_to_all's blocks between hosts travel with (above any tag a user is likely to pick;
+// the group's collectives run in order, so one tag suffices).
+constexpr int all_to_all_tag = 1 << 30;
+
+} // namespace
 
 braid::options braid_options(std::chrono::milliseconds timeout, bool small) {
   braid::options o = braid::options::from_env();
@@ -73,7 +85,7 @@ braid::options braid_options(std::chrono::milliseconds timeout, bool small) {
   return o;
 }
 
-std::string id_bytes(const braid::unique_id& id) { return id.to_string(); }
+static std::string id_bytes(const braid::unique_id& id) { return id.to_string(); }
 
 // Waits for `key` by polling: a blocking Store::wait holds the store's connection, so another thread
 // of this process (a channel publishing its id) could not reach the store until it returned.
@@ -89,12 +101,6 @@ std::vector<uint8_t> await_key(const c10::intrusive_ptr<c10d::Store>& store, con
   }
   return store->get(key);
 }
-
-// The Gloo tag all_to_all's blocks between hosts travel with (above any tag a user is likely to pick;
-// the group's collectives run in order, so one tag suffices).
-constexpr int all_to_all_tag = 1 << 30;
-
-} // namespace
 
 host_map host_map::make(std::vector<int> host_of) {
   host_map m;
@@ -193,6 +199,7 @@ void backend::abort() {
     if (local_.valid()) local_.abort();
   } catch (...) {
   }
+  cuda_abort();
   std::lock_guard<std::mutex> lk(channels_m_);
   for (auto& [k, c] : channels_) c->abort();
 }
@@ -206,6 +213,7 @@ void backend::shutdown() {
   progress_.stop();
   any_thread_.stop();
   remote_.stop();
+  cuda_close();
   {
     std::lock_guard<std::mutex> lk(channels_m_);
     channels_.clear();
@@ -214,12 +222,21 @@ void backend::shutdown() {
 }
 
 c10::intrusive_ptr<c10d::Work> backend::submit(c10d::OpType type, const char* what, std::vector<at::Tensor> outputs,
-                                               bool async_op, std::function<void()> body) {
+                                               bool async_op, std::optional<at::Device> device, body_fn body) {
   TORCH_CHECK(!shut_, "braid: ", what, ": the process group was shut down");
+  if (device) return submit_cuda(type, what, std::move(outputs), async_op, *device, std::move(body));
+  return enqueue(type, what, std::move(outputs), async_op, std::nullopt, [this, body = std::move(body)] {
+    medium m{*this};
+    body(m);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::enqueue(c10d::OpType type, const char* what, std::vector<at::Tensor> outputs, bool async_op,
+                                                std::optional<c10::Stream> stream, std::function<void()> body) {
   const std::uint64_t n = ++calls_;
   auto w = c10::make_intrusive<work>(
       rank_, type, [what, n, r = rank_] { return std::string(what) + " (call " + std::to_string(n) + " of this group, rank " + std::to_string(r) + ")"; },
-      std::move(outputs));
+      std::move(outputs), stream);
   auto task = [w, body = std::move(body), r = rank_] {
     std::exception_ptr e;
     try {
@@ -310,12 +327,104 @@ void backend::hier_barrier() {
   }
 }
 
+// ---- the medium: host memory or device memory --------------------------------------------------------
+
+std::optional<at::Device> backend::device_of(const std::vector<at::Tensor>& tensors, const char* what) const {
+  if (tensors.empty()) return std::nullopt;
+  const at::Device d = tensors[0].device();
+  for (const auto& t : tensors) {
+    TORCH_CHECK(t.layout() == at::kStrided, "braid: ", what, ": sparse tensors are not supported");
+    TORCH_CHECK(t.device() == d, "braid: ", what, ": the tensors are on ", d.str(), " and ", t.device().str(),
+                "; one operation's tensors must be on one device");
+  }
+  if (d.is_cpu()) return std::nullopt;
+  TORCH_CHECK(d.is_cuda(), "braid: ", what, ": a tensor on ", d.str(), " was passed; braid serves CPU and CUDA tensors");
+  TORCH_CHECK(cuda_built(), "braid: ", what, ": a tensor on ", d.str(),
+              " was passed, and this build of braid_torch has no CUDA support (it was built without nvcc, or against a torch "
+              "without CUDA): rebuild it where both are present, or use CPU tensors");
+  return d;
+}
+
+at::TensorOptions backend::medium::bytes() const {
+  const auto o = at::TensorOptions().dtype(at::kByte);
+  return device ? o.device(*device) : o;
+}
+
+void backend::medium::staged(const void* in, std::size_t in_bytes, void* out, std::size_t out_bytes,
+                             const std::function<void(medium&, const void*, void*)>& f) {
+  // .cpu() and copy_ run on the current stream (the backend's, which waits for the caller's) and
+  // return once the bytes have arrived.
+  at::Tensor hin = in_bytes ? blob(in, in_bytes, *device).cpu() : at::empty({0}, at::kByte);
+  at::Tensor hout = out == in ? hin : at::empty({static_cast<int64_t>(out_bytes)}, at::kByte);
+  medium host{b};
+  f(host, hin.data_ptr(), hout.data_ptr());
+  if (out_bytes) blob(out, out_bytes, *device).copy_(hout);
+}
+
+void backend::medium::all_reduce(const reduce_plan& p, const void* in, void* out) {
+  const std::size_t n = p.count * braid::size_of(p.type);
+  if (device) {
+    if (g && gpu::serves(p)) return gpu::all_reduce(*g, p, in, out, stream);
+    return staged(in, n, out, n, [&](medium& h, const void* i, void* o) { h.all_reduce(p, i, o); });
+  }
+  if (b.map_.hosts == 1) typed_all_reduce(b.local_, p, in, out);
+  else b.hier_all_reduce(p, in, out);
+}
+
+void backend::medium::reduce(const reduce_plan& p, const void* in, void* out, int root) {
+  const std::size_t n = p.count * braid::size_of(p.type);
+  if (device) {
+    if (g && gpu::serves(p)) return gpu::reduce(*g, p, in, out, root, stream);
+    return staged(in, n, out, n, [&](medium& h, const void* i, void* o) { h.reduce(p, i, o, root); });
+  }
+  if (b.map_.hosts == 1) return typed_reduce(b.local_, p, in, out, root);
+  // Between hosts: an all_reduce whose result only the root keeps.
+  at::Tensor result = at::empty({static_cast<int64_t>(n)}, at::kByte);
+  b.hier_all_reduce(p, in, result.data_ptr());
+  if (b.rank_ == root && n) std::memcpy(out, result.data_ptr(), n);
+}
+
+void backend::medium::reduce_scatter(const reduce_plan& p, const void* in, void* out) {
+  const std::size_t per = p.count * braid::size_of(p.type), whole = per * static_cast<std::size_t>(b.size_);
+  if (device) {
+    if (g && gpu::serves(p)) return gpu::reduce_scatter(*g, p, in, out, stream);
+    return staged(in, whole, out, per, [&](medium& h, const void* i, void* o) { h.reduce_scatter(p, i, o); });
+  }
+  if (b.map_.hosts == 1) return typed_reduce_scatter(b.local_, p, in, out);
+  reduce_plan all_of = p;
+  all_of.count = p.count * static_cast<std::size_t>(b.size_);
+  at::Tensor all = at::empty({static_cast<int64_t>(whole)}, at::kByte);
+  b.hier_all_reduce(all_of, in, all.data_ptr());
+  if (per) std::memcpy(out, all.data_ptr<std::uint8_t>() + per * static_cast<std::size_t>(b.rank_), per);
+}
+
+void backend::medium::broadcast(void* data, std::size_t bytes, int root) {
+  if (device) {
+    if (g) return gpu::broadcast(*g, data, bytes, root, stream);
+    return staged(data, bytes, data, bytes, [&](medium& h, const void*, void* o) { h.broadcast(o, bytes, root); });
+  }
+  b.hier_broadcast(data, bytes, root);
+}
+
+void backend::medium::all_gather(const void* in, void* out, std::size_t bytes) {
+  if (device) {
+    if (g) return gpu::all_gather(*g, in, out, bytes, stream);
+    return staged(in, bytes, out, bytes * static_cast<std::size_t>(b.size_),
+                  [&](medium& h, const void* i, void* o) { h.all_gather(i, o, bytes); });
+  }
+  b.hier_all_gather(in, out, bytes);
+}
+
 // ---- collectives -------------------------------------------------------------------------------------
 
 namespace {
 // The reduction of `src` into `out` (both contiguous, same shape): PREMUL_SUM scales first.
 template <class F> void with_premul(const reduce_plan& p, const at::Tensor& src, F&& f) {
-  if (p.premul) {
+  if (p.premul && src.is_cuda()) {
+    // On the device torch scales (in float for 16-bit types), each rank its own input.
+    const at::Tensor scaled = at::mul(src, p.factor);
+    f(scaled.data_ptr());
+  } else if (p.premul) {
     at::Tensor scaled = at::empty_like(src);
     reduce_plan whole = p; // all of src: a reduce_scatter's input is size() times its plan's count
     whole.count = nbytes(src) / braid::size_of(p.type);
@@ -331,12 +440,9 @@ c10::intrusive_ptr<c10d::Work> backend::allreduce(std::vector<at::Tensor>& tenso
   check_one(tensors, "all_reduce");
   const reduce_plan p = plan_reduction(tensors[0], opts.reduceOp, "all_reduce");
   at::Tensor t = tensors[0];
-  return submit(c10d::OpType::ALLREDUCE, "all_reduce", tensors, opts.asyncOp, [this, p, t] {
+  return submit(c10d::OpType::ALLREDUCE, "all_reduce", tensors, opts.asyncOp, device_of(tensors, "all_reduce"), [p, t](medium& m) {
     dense d(t);
-    with_premul(p, d.d, [&](const void* in) {
-      if (map_.hosts == 1) typed_all_reduce(local_, p, in, d.data());
-      else hier_all_reduce(p, in, d.data());
-    });
+    with_premul(p, d.d, [&](const void* in) { m.all_reduce(p, in, d.data()); });
     d.write_back();
   });
 }
@@ -351,17 +457,15 @@ c10::intrusive_ptr<c10d::Work> backend::allreduce_coalesced(std::vector<at::Tens
     plans.push_back(plan_reduction(t, opts.reduceOp, "all_reduce_coalesced"));
   }
   std::vector<at::Tensor> ts = tensors;
-  return submit(c10d::OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", tensors, opts.asyncOp, [this, plans, ts] {
+  return submit(c10d::OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", tensors, opts.asyncOp, device_of(tensors, "all_reduce_coalesced"),
+                [plans, ts](medium& m) {
     std::vector<at::Tensor> flat;
     for (const auto& t : ts) flat.push_back(t.reshape({-1}));
     at::Tensor all = at::cat(flat);
     reduce_plan p = plans[0];
     p.count = 0;
     for (const auto& q : plans) p.count += q.count;
-    with_premul(p, all, [&](const void* in) {
-      if (map_.hosts == 1) typed_all_reduce(local_, p, in, all.data_ptr());
-      else hier_all_reduce(p, in, all.data_ptr());
-    });
+    with_premul(p, all, [&](const void* in) { m.all_reduce(p, in, all.data_ptr()); });
     int64_t at = 0;
     for (const auto& t : ts) {
       t.copy_(all.narrow(0, at, t.numel()).view(t.sizes()));
@@ -376,9 +480,9 @@ c10::intrusive_ptr<c10d::Work> backend::broadcast(std::vector<at::Tensor>& tenso
   TORCH_CHECK(opts.rootTensor == 0, "braid: broadcast: rootTensor must be 0 (one tensor per rank)");
   at::Tensor t = tensors[0];
   const int root = static_cast<int>(opts.rootRank);
-  return submit(c10d::OpType::BROADCAST, "broadcast", tensors, opts.asyncOp, [this, t, root] {
+  return submit(c10d::OpType::BROADCAST, "broadcast", tensors, opts.asyncOp, device_of(tensors, "broadcast"), [t, root](medium& m) {
     dense d(t);
-    hier_broadcast(d.data(), nbytes(d.d), root);
+    m.broadcast(d.data(), nbytes(d.d), root);
     d.write_back();
   });
 }
@@ -389,18 +493,9 @@ c10::intrusive_ptr<c10d::Work> backend::reduce(std::vector<at::Tensor>& tensors,
   const reduce_plan p = plan_reduction(tensors[0], opts.reduceOp, "reduce");
   at::Tensor t = tensors[0];
   const int root = static_cast<int>(opts.rootRank);
-  return submit(c10d::OpType::REDUCE, "reduce", tensors, opts.asyncOp, [this, p, t, root] {
+  return submit(c10d::OpType::REDUCE, "reduce", tensors, opts.asyncOp, device_of(tensors, "reduce"), [this, p, t, root](medium& m) {
     dense d(t);
-    with_premul(p, d.d, [&](const void* in) {
-      if (map_.hosts == 1) {
-        typed_reduce(local_, p, in, d.data(), root);
-      } else {
-        // Between hosts: an all_reduce whose result only the root keeps.
-        at::Tensor result = at::empty_like(d.d);
-        hier_all_reduce(p, in, result.data_ptr());
-        if (rank_ == root) d.d.copy_(result);
-      }
-    });
+    with_premul(p, d.d, [&](const void* in) { m.reduce(p, in, d.data(), root); });
     if (rank_ == root) d.write_back();
   });
 }
@@ -412,17 +507,17 @@ c10::intrusive_ptr<c10d::Work> backend::allgather(std::vector<std::vector<at::Te
               " output tensors");
   const at::Tensor in = inputs[0];
   for (const auto& o : outputs[0]) {
-    require_cpu(o, "all_gather");
     TORCH_CHECK(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(),
                 "braid: all_gather: every output tensor must have the input's dtype and number of elements (", in.numel(), " of ",
                 in.scalar_type(), "); got ", o.numel(), " of ", o.scalar_type(), " (uneven all_gather is not supported)");
   }
-  std::vector<at::Tensor> outs = outputs[0];
-  return submit(c10d::OpType::ALLGATHER, "all_gather", outs, opts.asyncOp, [this, in, outs] {
+  std::vector<at::Tensor> outs = outputs[0], every = outs;
+  every.push_back(in);
+  return submit(c10d::OpType::ALLGATHER, "all_gather", outs, opts.asyncOp, device_of(every, "all_gather"), [this, in, outs](medium& m) {
     const at::Tensor src = in.contiguous();
     const std::size_t b = nbytes(src);
-    at::Tensor all = at::empty({static_cast<int64_t>(b) * size_}, at::TensorOptions().dtype(at::kByte));
-    hier_all_gather(src.data_ptr(), all.data_ptr(), b);
+    at::Tensor all = at::empty({static_cast<int64_t>(b) * size_}, m.bytes());
+    m.all_gather(src.data_ptr(), all.data_ptr(), b);
     for (int r = 0; r < size_; ++r) {
       at::Tensor block = all.narrow(0, static_cast<int64_t>(b) * r, static_cast<int64_t>(b)).view(src.scalar_type()).view(src.sizes());
       outs[static_cast<std::size_t>(r)].copy_(block);
@@ -431,17 +526,16 @@ c10::intrusive_ptr<c10d::Work> backend::allgather(std::vector<std::vector<at::Te
 }
 
 c10::intrusive_ptr<c10d::Work> backend::_allgather_base(at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
-  require_cpu(input, "all_gather_into_tensor");
-  require_cpu(output, "all_gather_into_tensor");
   TORCH_CHECK(output.scalar_type() == input.scalar_type(), "braid: all_gather_into_tensor: output dtype ", output.scalar_type(),
               " differs from input dtype ", input.scalar_type());
   TORCH_CHECK(output.numel() == input.numel() * size_, "braid: all_gather_into_tensor: the output must hold ", size_, " x ",
               input.numel(), " elements, it holds ", output.numel());
   at::Tensor in = input, out = output;
-  return submit(c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {output}, opts.asyncOp, [this, in, out] {
+  return submit(c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {output}, opts.asyncOp,
+                device_of({input, output}, "all_gather_into_tensor"), [in, out](medium& m) {
     const at::Tensor src = in.contiguous();
     dense d(out);
-    hier_all_gather(src.data_ptr(), d.data(), nbytes(src));
+    m.all_gather(src.data_ptr(), d.data(), nbytes(src));
     d.write_back();
   });
 }
@@ -452,22 +546,23 @@ c10::intrusive_ptr<c10d::Work> backend::allgather_coalesced(std::vector<std::vec
   for (const auto& list : outputs) {
     TORCH_CHECK(list.size() == inputs.size(), "braid: all_gather_coalesced: every output list must have one tensor per input");
     for (std::size_t i = 0; i < list.size(); ++i) {
-      require_cpu(list[i], "all_gather_coalesced");
       TORCH_CHECK(list[i].numel() == inputs[i].numel() && list[i].scalar_type() == inputs[i].scalar_type(),
                   "braid: all_gather_coalesced: output ", i, " must match input ", i, " in dtype and number of elements");
     }
   }
-  for (const auto& t : inputs) require_cpu(t, "all_gather_coalesced");
   std::vector<at::Tensor> ins = inputs, flat_outs;
   for (const auto& l : outputs) flat_outs.insert(flat_outs.end(), l.begin(), l.end());
+  std::vector<at::Tensor> every = flat_outs;
+  every.insert(every.end(), ins.begin(), ins.end());
   auto outs = outputs;
-  return submit(c10d::OpType::ALLGATHER_COALESCED, "all_gather_coalesced", flat_outs, opts.asyncOp, [this, ins, outs] {
+  return submit(c10d::OpType::ALLGATHER_COALESCED, "all_gather_coalesced", flat_outs, opts.asyncOp,
+                device_of(every, "all_gather_coalesced"), [this, ins, outs](medium& m) {
     std::vector<at::Tensor> parts;
     for (const auto& t : ins) parts.push_back(t.contiguous().reshape({-1}).view(at::kByte));
-    const at::Tensor mine = parts.empty() ? at::empty({0}, at::kByte) : at::cat(parts);
+    const at::Tensor mine = parts.empty() ? at::empty({0}, m.bytes()) : at::cat(parts);
     const std::size_t b = nbytes(mine);
-    at::Tensor all = at::empty({static_cast<int64_t>(b) * size_}, at::TensorOptions().dtype(at::kByte));
-    hier_all_gather(mine.data_ptr(), all.data_ptr(), b);
+    at::Tensor all = at::empty({static_cast<int64_t>(b) * size_}, m.bytes());
+    m.all_gather(mine.data_ptr(), all.data_ptr(), b);
     for (int r = 0; r < size_; ++r) {
       int64_t at = static_cast<int64_t>(b) * r;
       for (std::size_t i = 0; i < ins.size(); ++i) {
@@ -484,17 +579,17 @@ c10::intrusive_ptr<c10d::Work> backend::allgather_into_tensor_coalesced(std::vec
                                                                         const c10d::AllgatherOptions& opts) {
   TORCH_CHECK(outputs.size() == inputs.size(), "braid: all_gather_into_tensor_coalesced: one output per input");
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    require_cpu(inputs[i], "all_gather_into_tensor_coalesced");
-    require_cpu(outputs[i], "all_gather_into_tensor_coalesced");
     TORCH_CHECK(outputs[i].numel() == inputs[i].numel() * size_ && outputs[i].scalar_type() == inputs[i].scalar_type(),
                 "braid: all_gather_into_tensor_coalesced: output ", i, " must hold ", size_, " x input ", i);
   }
-  std::vector<at::Tensor> ins = inputs, outs = outputs;
-  return submit(c10d::OpType::COALESCED, "all_gather_into_tensor_coalesced", outputs, opts.asyncOp, [this, ins, outs] {
+  std::vector<at::Tensor> ins = inputs, outs = outputs, every = inputs;
+  every.insert(every.end(), outputs.begin(), outputs.end());
+  return submit(c10d::OpType::COALESCED, "all_gather_into_tensor_coalesced", outputs, opts.asyncOp,
+                device_of(every, "all_gather_into_tensor_coalesced"), [ins, outs](medium& m) {
     for (std::size_t i = 0; i < ins.size(); ++i) {
       const at::Tensor src = ins[i].contiguous();
       dense d(outs[i]);
-      hier_all_gather(src.data_ptr(), d.data(), nbytes(src));
+      m.all_gather(src.data_ptr(), d.data(), nbytes(src));
       d.write_back();
     }
   });
@@ -511,7 +606,6 @@ c10::intrusive_ptr<c10d::Work> backend::gather(std::vector<std::vector<at::Tenso
     TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_, "braid: gather: the root needs a list of ", size_,
                 " output tensors");
     for (const auto& o : outputs[0]) {
-      require_cpu(o, "gather");
       TORCH_CHECK(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(),
                   "braid: gather: every output tensor must have the input's dtype and number of elements");
     }
@@ -519,11 +613,13 @@ c10::intrusive_ptr<c10d::Work> backend::gather(std::vector<std::vector<at::Tenso
   } else {
     TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()), "braid: gather: only the root passes output tensors");
   }
-  return submit(c10d::OpType::GATHER, "gather", outs, opts.asyncOp, [this, in, outs, root] {
+  std::vector<at::Tensor> every = outs;
+  every.push_back(in);
+  return submit(c10d::OpType::GATHER, "gather", outs, opts.asyncOp, device_of(every, "gather"), [this, in, outs, root](medium& m) {
     const at::Tensor src = in.contiguous();
     const std::size_t b = nbytes(src);
-    at::Tensor all = at::empty({static_cast<int64_t>(b) * size_}, at::TensorOptions().dtype(at::kByte));
-    hier_all_gather(src.data_ptr(), all.data_ptr(), b);
+    at::Tensor all = at::empty({static_cast<int64_t>(b) * size_}, m.bytes());
+    m.all_gather(src.data_ptr(), all.data_ptr(), b);
     if (rank_ == root)
       for (int r = 0; r < size_; ++r)
         outs[static_cast<std::size_t>(r)].copy_(
@@ -542,7 +638,6 @@ c10::intrusive_ptr<c10d::Work> backend::scatter(std::vector<at::Tensor>& outputs
     TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_, "braid: scatter: the root needs a list of ", size_,
                 " input tensors");
     for (const auto& t : inputs[0]) {
-      require_cpu(t, "scatter");
       TORCH_CHECK(t.numel() == out.numel() && t.scalar_type() == out.scalar_type(),
                   "braid: scatter: every input tensor must have the output's dtype and number of elements");
     }
@@ -550,40 +645,32 @@ c10::intrusive_ptr<c10d::Work> backend::scatter(std::vector<at::Tensor>& outputs
   } else {
     TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()), "braid: scatter: only the root passes input tensors");
   }
-  return submit(c10d::OpType::SCATTER, "scatter", outputs, opts.asyncOp, [this, ins, out, root] {
+  std::vector<at::Tensor> every = ins;
+  every.push_back(out);
+  return submit(c10d::OpType::SCATTER, "scatter", outputs, opts.asyncOp, device_of(every, "scatter"), [this, ins, out, root](medium& m) {
     const std::size_t b = nbytes(out);
-    at::Tensor all = at::empty({static_cast<int64_t>(b) * size_}, at::TensorOptions().dtype(at::kByte));
+    at::Tensor all = at::empty({static_cast<int64_t>(b) * size_}, m.bytes());
     if (rank_ == root)
       for (int r = 0; r < size_; ++r)
         all.narrow(0, static_cast<int64_t>(b) * r, static_cast<int64_t>(b))
             .copy_(ins[static_cast<std::size_t>(r)].contiguous().reshape({-1}).view(at::kByte));
-    hier_broadcast(all.data_ptr(), b * static_cast<std::size_t>(size_), root);
+    m.broadcast(all.data_ptr(), b * static_cast<std::size_t>(size_), root);
     out.copy_(all.narrow(0, static_cast<int64_t>(b) * rank_, static_cast<int64_t>(b)).view(out.scalar_type()).view(out.sizes()));
   });
 }
 
 c10::intrusive_ptr<c10d::Work> backend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
-  require_cpu(input, "reduce_scatter_tensor");
   TORCH_CHECK(output.scalar_type() == input.scalar_type(), "braid: reduce_scatter_tensor: output dtype ", output.scalar_type(),
               " differs from input dtype ", input.scalar_type());
   TORCH_CHECK(input.numel() == output.numel() * size_, "braid: reduce_scatter_tensor: the input must hold ", size_, " x ",
               output.numel(), " elements, it holds ", input.numel());
   const reduce_plan p = plan_reduction(output, opts.reduceOp, "reduce_scatter_tensor");
   at::Tensor in = input, out = output;
-  return submit(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {output}, opts.asyncOp, [this, p, in, out] {
+  return submit(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {output}, opts.asyncOp,
+                device_of({input, output}, "reduce_scatter_tensor"), [p, in, out](medium& m) {
     const at::Tensor src = in.contiguous();
     dense d(out);
-    with_premul(p, src, [&](const void* data) {
-      if (map_.hosts == 1) {
-        typed_reduce_scatter(local_, p, data, d.data());
-      } else {
-        reduce_plan whole = p;
-        whole.count = p.count * static_cast<std::size_t>(size_);
-        at::Tensor all = at::empty_like(src);
-        hier_all_reduce(whole, data, all.data_ptr());
-        d.d.copy_(all.reshape({-1}).narrow(0, d.d.numel() * rank_, d.d.numel()).view(d.d.sizes()));
-      }
-    });
+    with_premul(p, src, [&](const void* data) { m.reduce_scatter(p, data, d.data()); });
     d.write_back();
   });
 }
@@ -595,7 +682,6 @@ c10::intrusive_ptr<c10d::Work> backend::reduce_scatter(std::vector<at::Tensor>& 
               " input tensors");
   const at::Tensor out = outputs[0];
   for (const auto& t : inputs[0]) {
-    require_cpu(t, "reduce_scatter");
     TORCH_CHECK(t.numel() == out.numel() && t.scalar_type() == out.scalar_type(),
                 "braid: reduce_scatter: every input tensor must have the output's dtype and number of elements");
   }
@@ -614,13 +700,13 @@ c10::intrusive_ptr<c10d::Work> backend::reduce_scatter_tensor_coalesced(std::vec
   for (std::size_t i = 0; i < inputs.size(); ++i) all.push_back(_reduce_scatter_base(outputs[i], inputs[i], opts));
   // One Work for the batch: the group's operations complete in order, so the last one completes last.
   std::vector<at::Tensor> outs = outputs;
-  return submit(c10d::OpType::COALESCED, "reduce_scatter_tensor_coalesced", outs, true, [all] {
+  return submit(c10d::OpType::COALESCED, "reduce_scatter_tensor_coalesced", outs, true, std::nullopt, [all](medium&) {
     for (const auto& w : all) w->wait();
   });
 }
 
 c10::intrusive_ptr<c10d::Work> backend::barrier(const c10d::BarrierOptions& opts) {
-  return submit(c10d::OpType::BARRIER, "barrier", {}, opts.asyncOp, [this] { hier_barrier(); });
+  return submit(c10d::OpType::BARRIER, "barrier", {}, opts.asyncOp, std::nullopt, [this](medium&) { hier_barrier(); });
 }
 
 // ---- point to point ---------------------------------------------------------------------------------------
@@ -635,6 +721,7 @@ std::shared_ptr<channel> backend::channel_to(int src, int dst, const std::string
 
 c10::intrusive_ptr<c10d::Work> backend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
   check_one(tensors, "send");
+  require_cpu(tensors[0], "send");
   TORCH_CHECK(dst >= 0 && dst < size_ && dst != rank_, "braid: send: destination ", dst, " is not another rank of this group of ", size_);
   const at::Tensor t = tensors[0].contiguous();
   if (map_.host_of[static_cast<std::size_t>(dst)] != host_) { // another host: Gloo's send, its Work as it is
@@ -663,6 +750,7 @@ c10::intrusive_ptr<c10d::Work> backend::send(std::vector<at::Tensor>& tensors, i
 
 c10::intrusive_ptr<c10d::Work> backend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   check_one(tensors, "recv");
+  require_cpu(tensors[0], "recv");
   TORCH_CHECK(src >= 0 && src < size_ && src != rank_, "braid: recv: source ", src, " is not another rank of this group of ", size_);
   auto w = c10::make_intrusive<work>(
       rank_, c10d::OpType::RECV,
@@ -697,6 +785,7 @@ c10::intrusive_ptr<c10d::Work> backend::recv(std::vector<at::Tensor>& tensors, i
 
 c10::intrusive_ptr<c10d::Work> backend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   check_one(tensors, "recv from any source");
+  require_cpu(tensors[0], "recv from any source");
   TORCH_CHECK(any_source_, "braid: recv from any source needs BRAID_ANY_SOURCE=1 in the environment of every rank of the group ",
               "(each send then announces itself through the store, which costs it two store round trips)");
   TORCH_CHECK(map_.hosts == 1, "braid: recv from any source is not supported across hosts (this group spans ", map_.hosts, ")");
@@ -825,7 +914,8 @@ c10::intrusive_ptr<c10d::Work> backend::alltoall_base(at::Tensor& output, at::Te
   const std::size_t in_row = input.dim() ? nbytes(input) / std::max<int64_t>(1, input.size(0)) : nbytes(input);
   const std::size_t out_row = output.dim() ? nbytes(output) / std::max<int64_t>(1, output.size(0)) : nbytes(output);
   at::Tensor in = input, out = output;
-  return submit(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {output}, opts.asyncOp, [this, in, out, in_rows, out_rows, in_row, out_row] {
+  return submit(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {output}, opts.asyncOp, std::nullopt,
+                [this, in, out, in_rows, out_rows, in_row, out_row](medium&) {
     const at::Tensor src = in.contiguous();
     dense d(out);
     const auto* s = static_cast<const std::uint8_t*>(src.data_ptr());
@@ -860,7 +950,7 @@ c10::intrusive_ptr<c10d::Work> backend::alltoall(std::vector<at::Tensor>& output
     require_cpu(outputs[static_cast<std::size_t>(q)], "all_to_all");
   }
   std::vector<at::Tensor> ins = inputs, outs = outputs;
-  return submit(c10d::OpType::ALLTOALL, "all_to_all", outputs, opts.asyncOp, [this, ins, outs] {
+  return submit(c10d::OpType::ALLTOALL, "all_to_all", outputs, opts.asyncOp, std::nullopt, [this, ins, outs](medium&) {
     std::vector<at::Tensor> srcs;
     std::vector<std::shared_ptr<dense>> dsts;
     for (int q = 0; q < size_; ++q) {

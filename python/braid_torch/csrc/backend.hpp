@@ -1,4 +1,5 @@
-// braid_torch/csrc/backend.hpp — braid as a torch.distributed backend (c10d::Backend) for CPU tensors.
+// braid_torch/csrc/backend.hpp — braid as a torch.distributed backend (c10d::Backend) for CPU and CUDA
+// tensors.
 //
 // One group's ranks on one host share a braid::communicator (processes over shared memory), created
 // at construction through the group's c10d store: the host's first rank publishes a fresh
@@ -14,6 +15,13 @@
 // wait for each other's order. Unsupported input raises RuntimeError on the calling thread before any
 // data moves; a failure inside an operation (timeout, dead peer, mismatch) completes its Work with a
 // DistBackendError naming the operation, its call number in this group and the rank.
+//
+// CUDA tensors (a build with nvcc): the collectives run the same bodies over a `medium` whose steps
+// are braid::cuda::process_communicator calls on the backend's stream of the rank's device, joined
+// at the group's first CUDA collective (cuda_path.hpp). That stream first waits for the caller's
+// current stream; the Work completes once the device has finished, and its future is CUDA-aware.
+// Steps the device path does not serve (other hosts, reductions of types or operators it has no
+// kernel for) are staged: copied to host memory, run as for CPU tensors, copied back.
 #pragma once
 
 #include <atomic>
@@ -21,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -45,7 +54,18 @@ struct host_map {
   static host_map make(std::vector<int> host_of);
 };
 
+// braid's options for a group's communicators: from the environment, the group's timeout (when set)
+// as the deadline; `small` for point-to-point channels (less staging memory).
+braid::options braid_options(std::chrono::milliseconds timeout, bool small);
+// Waits for `key` in `store` by polling (Store::wait would hold the store's connection), at most
+// `timeout`; raises DistBackendError naming `what` when it does not appear.
+std::vector<uint8_t> await_key(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key, std::chrono::milliseconds timeout,
+                               const std::string& what);
+
 class channel;
+namespace gpu {
+class group;
+}
 
 class backend final : public c10d::Backend {
 public:
@@ -95,10 +115,46 @@ public:
   void abort() override;
   void shutdown() override;
 
+  // Whether this build serves CUDA tensors.
+  static bool cuda_built();
+
 private:
+  // Where an operation's steps run: host memory over braid's CPU communicator (and Gloo between
+  // hosts), or device memory over the group's CUDA communicator on `stream` (g set).
+  struct medium {
+    backend& b;
+    gpu::group* g = nullptr;
+    void* stream = nullptr;
+    std::optional<at::Device> device; // set for CUDA tensors
+    void all_reduce(const reduce_plan& p, const void* in, void* out);
+    void reduce(const reduce_plan& p, const void* in, void* out, int root);
+    void reduce_scatter(const reduce_plan& p, const void* in, void* out); // p.count per rank
+    void broadcast(void* data, std::size_t bytes, int root);
+    void all_gather(const void* in, void* out, std::size_t bytes); // out: size() blocks in rank order
+    // Options for scratch tensors beside the operation's data.
+    at::TensorOptions bytes() const;
+    // Runs f(host_in, host_out) over host copies of in (in_bytes) and out (out_bytes), the result
+    // copied back into out: a step of CUDA tensors the device path does not serve.
+    void staged(const void* in, std::size_t in_bytes, void* out, std::size_t out_bytes, const std::function<void(medium&, const void*, void*)>& f);
+  };
+  using body_fn = std::function<void(medium&)>;
+
   // Queues (or, when synchronous and idle, runs) `body` as operation `what` on the progress thread.
+  // `device`: the operation's CUDA device, nullopt for CPU tensors (submit_cuda).
   c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, const char* what, std::vector<at::Tensor> outputs, bool async_op,
-                                        std::function<void()> body);
+                                        std::optional<at::Device> device, body_fn body);
+  // The Work of operation `what`, its task queued (or run, when synchronous and idle); `stream`: the
+  // device stream the task's result is on (CUDA tensors), for the Work's future.
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* what, std::vector<at::Tensor> outputs, bool async_op,
+                                         std::optional<c10::Stream> stream, std::function<void()> task);
+  c10::intrusive_ptr<c10d::Work> submit_cuda(c10d::OpType type, const char* what, std::vector<at::Tensor> outputs, bool async_op,
+                                             at::Device device, body_fn body);
+  // The one device of `tensors` (nullopt: all on the CPU); raises when they are on several devices
+  // or on one this build does not serve.
+  std::optional<at::Device> device_of(const std::vector<at::Tensor>& tensors, const char* what) const;
+  struct cuda_state; // backend_cuda.cpp
+  void cuda_abort() noexcept;
+  void cuda_close() noexcept;
   std::shared_ptr<channel> channel_to(int src, int dst, const std::string& tag);
   void exchange(const std::vector<std::tuple<int, const void*, std::size_t>>& sends,
                 const std::vector<std::tuple<int, void*, std::size_t>>& recvs, const std::string& tag);
@@ -118,6 +174,7 @@ private:
   std::atomic<std::uint64_t> calls_{0};
   std::mutex channels_m_;
   std::map<std::tuple<int, int, std::string>, std::shared_ptr<channel>> channels_;
+  std::shared_ptr<cuda_state> cuda_; // the CUDA side, made at the first CUDA collective
   bool shut_ = false;
   bool any_source_ = false; // BRAID_ANY_SOURCE
   struct any_state {

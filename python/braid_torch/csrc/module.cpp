@@ -25,4 +25,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "braid as a torch.distributed backend (C++ part)";
   m.def("create_backend", &create, py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("host_of"),
         py::arg("cross") = std::nullopt, py::arg("world") = std::nullopt);
+  m.attr("has_cuda") = braid_torch::backend::cuda_built();
 }

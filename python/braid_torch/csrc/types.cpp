@@ -20,7 +20,9 @@ const char* name(reduction r) {
 
 void require_cpu(const at::Tensor& t, const char* collective) {
   TORCH_CHECK(t.device().is_cpu(), "braid: ", collective, ": a tensor on ", t.device().str(),
-              " was passed; this build of braid_torch serves CPU tensors only");
+              " was passed; braid serves CUDA tensors in the collectives (all_reduce, broadcast, reduce, all_gather, "
+              "reduce_scatter, gather, scatter and their coalesced and tensor forms), not in send/recv or all_to_all: "
+              "use CPU tensors there, or the backend string \"cpu:braid,cuda:nccl\"");
   TORCH_CHECK(t.layout() == at::kStrided, "braid: ", collective, ": sparse tensors are not supported");
 }
 
@@ -68,7 +70,7 @@ bool to_braid(at::ScalarType s, braid::dtype& out, int& lanes) {
 } // namespace
 
 reduce_plan plan_reduction(const at::Tensor& t, const c10d::ReduceOp& op, const char* collective) {
-  require_cpu(t, collective);
+  TORCH_CHECK(t.layout() == at::kStrided, "braid: ", collective, ": sparse tensors are not supported");
   const at::ScalarType s = t.scalar_type();
   reduce_plan p;
   int lanes = 1;

@@ -20,22 +20,9 @@
 
 #include <braid/comm/communicator.hpp>
 
+#include "plan.hpp"
+
 namespace braid_torch {
-
-// The operators braid runs for torch's ReduceOp (PREMUL_SUM is sum over pre-scaled inputs).
-enum class reduction : std::uint8_t { sum, avg, prod, min, max, band, bor, bxor };
-
-const char* name(reduction r);
-
-// A reduction as braid runs it: the element type and count braid sees, the operator, and the factor
-// PREMUL_SUM scales each rank's input by before summing (1 and false otherwise).
-struct reduce_plan {
-  braid::dtype type = braid::dtype::float32;
-  std::size_t count = 0; // elements of `type` (twice the tensor's numel for complex)
-  reduction op = reduction::sum;
-  bool premul = false;
-  double factor = 1.0;
-};
 
 // Plans the reduction of tensor t with op, or raises c10::Error (RuntimeError) saying what is not
 // supported and why. `collective` names the caller in the message.
@@ -51,7 +38,7 @@ void typed_scale(const reduce_plan& p, const void* in, void* out);
 // between hosts). With p.op == avg the blocks are sums and the result is divided by `divisor`.
 void typed_combine(const reduce_plan& p, const void* blocks, std::size_t parts, void* out, int divisor);
 
-// Raises RuntimeError unless t is a CPU tensor (CUDA tensors are not served by this build).
+// Raises RuntimeError unless t is a CPU tensor (point-to-point operations serve CPU tensors only).
 void require_cpu(const at::Tensor& t, const char* collective);
 
 } // namespace braid_torch

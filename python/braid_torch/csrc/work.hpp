@@ -1,6 +1,9 @@
 // braid_torch/csrc/work.hpp — the Work a braid operation returns: completed by the thread that ran the
 // operation, with a future (DDP's comm hooks chain on it) that completes with its output tensors.
 //
+// For CUDA tensors the future is CUDA-aware (it knows the device, and settles on the stream the
+// result is on), as ProcessGroupNCCL's is: callbacks chained on it see the result.
+//
 // The future is made only when asked for (a synchronous call never asks), and the operation's name
 // is spelled out only for a message: a small call pays for neither.
 #pragma once
@@ -9,10 +12,12 @@
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <ATen/core/ivalue.h>
+#include <c10/core/StreamGuard.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 namespace braid_torch {
@@ -20,8 +25,10 @@ namespace braid_torch {
 class work final : public c10d::Work {
 public:
   // describe() names the operation in messages: "all_reduce (call 7 of this group, rank 1)".
-  work(int rank, c10d::OpType type, std::function<std::string()> describe, std::vector<at::Tensor> outputs)
-      : c10d::Work(rank, type), describe_(std::move(describe)), outputs_(std::move(outputs)) {}
+  // stream: where the outputs are complete (CUDA tensors), nullopt for CPU tensors.
+  work(int rank, c10d::OpType type, std::function<std::string()> describe, std::vector<at::Tensor> outputs,
+       std::optional<c10::Stream> stream = std::nullopt)
+      : c10d::Work(rank, type), describe_(std::move(describe)), outputs_(std::move(outputs)), stream_(stream) {}
 
   // Called once, by the thread that ran the operation.
   void complete(std::exception_ptr error) {
@@ -56,7 +63,11 @@ public:
     bool done = false;
     {
       std::lock_guard<std::mutex> lk(mutex_);
-      if (!future_) future_ = c10::make_intrusive<c10::ivalue::Future>(tensor_list_type());
+      if (!future_) {
+        std::vector<c10::Device> devices;
+        if (stream_) devices.push_back(stream_->device());
+        future_ = c10::make_intrusive<c10::ivalue::Future>(tensor_list_type(), devices);
+      }
       f = future_;
       done = completed_;
     }
@@ -77,6 +88,7 @@ private:
   void settle(c10::ivalue::Future& f) {
     std::lock_guard<std::mutex> lk(settle_m_);
     if (f.completed()) return;
+    c10::OptionalStreamGuard on(stream_); // a CUDA-aware future records its events on the current stream
     if (exception_) f.setError(exception_);
     else f.markCompleted(c10::IValue(outputs_));
   }
@@ -86,6 +98,7 @@ private:
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::mutex settle_m_;
   std::atomic<int> source_{-1};
+  std::optional<c10::Stream> stream_;
 };
 
 } // namespace braid_torch
