@@ -29,7 +29,13 @@
 
 #include <braid/cuda/runtime.cuh>
 #ifdef BRAID_BENCH_NCCL
+#include <cctype>
+#include <sstream>
+
 #include <nccl.h>
+#ifdef BRAID_BENCH_NCCL_FUNCS_HEADER
+#include BRAID_BENCH_NCCL_FUNCS_HEADER // nccl_only_funcs: the ONLY_FUNCS NCCL was built with (bench/build-nccl.sh)
+#endif
 #endif
 
 namespace braid_bench {
@@ -112,6 +118,57 @@ private:
 };
 
 #ifdef BRAID_BENCH_NCCL
+// Whether an NCCL built with ONLY_FUNCS = `funcs` (src/device/generate.py's pattern: alternatives
+// split by '|', each a list of words, '*' any one word, matched case-insensitively against
+// "Coll RedOp Type Algo Proto", or "Coll Algo Proto" for collectives without a reduction) has every
+// algorithm and protocol of this function: a call NCCL sends to a kernel the build filtered out
+// indexes past its kernel table. An empty pattern: NCCL built whole.
+bool nccl_built(const std::string& funcs, const std::vector<std::string>& fn) {
+  if (funcs.empty()) return true;
+  auto lower = [](std::string s) {
+    for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return s;
+  };
+  std::stringstream alts(funcs);
+  for (std::string alt; std::getline(alts, alt, '|');) {
+    std::stringstream words(alt);
+    std::vector<std::string> w;
+    for (std::string x; words >> x;) w.push_back(lower(x));
+    if (w.size() != fn.size() + 2 || w[w.size() - 1] != "*" || w[w.size() - 2] != "*") continue;
+    bool ok = true;
+    for (std::size_t i = 0; i < fn.size() && ok; ++i) ok = w[i] == "*" || w[i] == lower(fn[i]);
+    if (ok) return true;
+  }
+  return false;
+}
+
+// NCCL's device-function names for a braid-bench call ({} where NCCL has no such function).
+std::vector<std::vector<std::string>> nccl_functions(collective c, dtype t, op_kind k) {
+  const char* coll = c == collective::all_reduce ? "AllReduce" : c == collective::all_gather ? "AllGather"
+                     : c == collective::reduce_scatter ? "ReduceScatter" : c == collective::broadcast ? "Broadcast"
+                     : c == collective::reduce ? "Reduce" : nullptr;
+  if (!coll) return {};
+  if (c == collective::all_gather || c == collective::broadcast) return {{coll}};
+  const bool integer = t != dtype::float16 && t != dtype::bfloat16 && t != dtype::float32 && t != dtype::float64;
+  const char* op = k == op_kind::sum ? "Sum" : k == op_kind::prod ? "Prod" : k == op_kind::min || k == op_kind::max ? "MinMax"
+                   : k == op_kind::avg ? (integer ? "SumPostDiv" : "PreMulSum") : nullptr;
+  if (!op) return {};
+  std::vector<const char*> types;
+  switch (t) { // NCCL runs a signed integer's sum and product with the unsigned type's kernel: both must be there
+  case dtype::int8: case dtype::uint8: types = {"i8", "u8"}; break;
+  case dtype::int32: case dtype::uint32: types = {"i32", "u32"}; break;
+  case dtype::int64: case dtype::uint64: types = {"i64", "u64"}; break;
+  case dtype::float16: types = {"f16"}; break;
+  case dtype::bfloat16: types = {"bf16"}; break;
+  case dtype::float32: types = {"f32"}; break;
+  case dtype::float64: types = {"f64"}; break;
+  default: return {};
+  }
+  std::vector<std::vector<std::string>> fns;
+  for (const char* ty : types) fns.push_back({coll, op, ty});
+  return fns;
+}
+
 void nccl_ok(ncclResult_t e, const char* what) {
   if (e != ncclSuccess) throw cuda_failure(std::string(what) + ": " + ncclGetErrorString(e));
 }
@@ -144,10 +201,20 @@ public:
     for (cudaStream_t s : streams_) cudaStreamDestroy(s);
   }
   const char* name() const override { return "nccl"; }
-  bool has(collective, dtype t, op_kind k, algo a) const override {
+  bool has(collective c, dtype t, op_kind k, algo a) const override {
     ncclDataType_t d;
     ncclRedOp_t o;
-    return a == algo::automatic && type_of(t, d) && op_of(k, o);
+    if (a != algo::automatic || !type_of(t, d) || !op_of(k, o)) return false;
+#ifdef BRAID_BENCH_NCCL_FUNCS_HEADER
+    const std::string funcs = nccl_only_funcs;
+#else
+    const std::string funcs;
+#endif
+    const auto fns = nccl_functions(c, t, k);
+    if (fns.empty()) return false;
+    for (const auto& fn : fns)
+      if (!nccl_built(funcs, fn)) return false;
+    return true;
   }
   void launch(const std::vector<gt::call>& calls) override {
     nccl_ok(ncclGroupStart(), "ncclGroupStart");

@@ -242,16 +242,15 @@ for c in "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" /usr/local/cuda/c
 done
 if [ -n "$sanitizer" ]; then say "compute-sanitizer: $sanitizer"
 else say "MISSING: compute-sanitizer (part of the CUDA toolkit): the memcheck and racecheck steps will fail"; fi
-# NCCL for braid-bench --backend nccl: NCCL_HOME, else the nvidia-nccl-cu13 wheel where Python has it.
-if [ -z "${NCCL_HOME:-}" ]; then
-  NCCL_HOME=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
-fi
+# NCCL for braid-bench --backend nccl: only the one NCCL_HOME names (bench/build-nccl.sh builds 2.30 or
+# later, the first that puts two ranks on one GPU; a machine's own, e.g. a PyTorch wheel's 2.28, is
+# never picked up by accident).
 if [ -n "${NCCL_HOME:-}" ]; then
   say "NCCL: $NCCL_HOME"
   cmake_args+=("-DNCCL_HOME=$NCCL_HOME")
   export LD_LIBRARY_PATH="$NCCL_HOME/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 else
-  say "missing (optional): NCCL (set NCCL_HOME or pip install nvidia-nccl-cu13): no NCCL comparison"
+  say "missing (optional): NCCL (set NCCL_HOME to a build of bench/build-nccl.sh): no NCCL comparison"
 fi
 if [ -n "${CMAKE_ARGS:-}" ]; then
   # shellcheck disable=SC2206 # word splitting wanted: several arguments in one variable

@@ -12,7 +12,9 @@
 #       builds test_gpu, test_gpu_procs, braid-bench, braid-micro and braid-gpu-sync-probe, and copies
 #       into DIR (default .gpu; keep it out of git: `echo /.gpu/ >> .git/info/exclude`) the stripped
 #       binaries, the CTest files, libbenchmark and the path they were built under. About 5 minutes on
-#       2 cores, 47 MiB. The binaries need a glibc no older than this machine's.
+#       2 cores, 47 MiB. The binaries need a glibc no older than this machine's. With NCCL_HOME set (an
+#       NCCL from bench/build-nccl.sh) braid-bench gets --backend nccl and the library travels in
+#       DIR/nccl, gzipped; `run` unpacks it and names it in NCCL_HOME and LD_LIBRARY_PATH.
 #   bench/gpu-prebuilt.sh run STEPS SECONDS [VAR=VALUE ...]
 #       there, from the repository root with DIR carried: runs gpu-check.sh with GPU_CHECK_STEPS=STEPS
 #       (test, memcheck, racecheck, bench; comma separated), at most SECONDS, VAR=VALUE in its
@@ -52,8 +54,18 @@ pack)
   done
   lib=$(ldd "$build/bench/braid-micro" 2>/dev/null | awk '/libbenchmark/ {print $3}')
   [ -n "$lib" ] && cp -L "$lib" "$dir/lib/$(basename "$lib")"
+  # NCCL (bench/build-nccl.sh) beside them, gzipped: braid-bench --backend nccl loads it from there.
+  rm -rf "${dir:?}/nccl"
+  if [ -n "${NCCL_HOME:-}" ]; then
+    lib=$(ls "$NCCL_HOME"/lib/libnccl.so.2.* 2>/dev/null | head -1)
+    [ -n "$lib" ] || { echo "gpu-prebuilt: NCCL_HOME=$NCCL_HOME has no lib/libnccl.so.2.*"; exit 1; }
+    mkdir -p "$dir/nccl" && gzip -9 -c "$lib" >"$dir/nccl/libnccl.so.2.gz" || exit 1
+    cp "$NCCL_HOME/braid-nccl-funcs.txt" "$dir/nccl/" 2>/dev/null || true
+    basename "$lib" >"$dir/nccl/version"
+  fi
   echo "$repo" >"$dir/root"
-  echo "gpu-prebuilt: packed $(du -sh "$dir" | cut -f1) into $dir (built under $repo, for sm_${CUDAARCHS:-90})"
+  echo "gpu-prebuilt: packed $(du -sh "$dir" | cut -f1) ($(du -sb "$dir" | awk '{printf "%.1f MiB", $1 / 1048576}')) into $dir" \
+    "(built under $repo, for sm_${CUDAARCHS:-90}${NCCL_HOME:+, with $(cat "$dir/nccl/version")})"
   ;;
 pack-train)
   dir=${2:-.gpu}
@@ -92,6 +104,13 @@ run)
     exit 2
   fi
   export LD_LIBRARY_PATH="$dir/lib:${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  if [ -f "$dir/nccl/libnccl.so.2.gz" ]; then
+    # The packed NCCL, named explicitly: the machine's own (e.g. a PyTorch wheel's) is never picked up.
+    export NCCL_HOME=${TMPDIR:-/tmp}/braid-nccl
+    mkdir -p "$NCCL_HOME/lib" && gunzip -c "$dir/nccl/libnccl.so.2.gz" >"$NCCL_HOME/lib/libnccl.so.2" || exit 2
+    export LD_LIBRARY_PATH="$NCCL_HOME/lib:$LD_LIBRARY_PATH"
+    echo "gpu-prebuilt: NCCL $(cat "$dir/nccl/version") from the pack at $NCCL_HOME"
+  fi
   export PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin"
   missing=$(ldd "$repo"/build-gpu-check/tests/cuda/test_gpu "$repo"/build-gpu-check/bench/braid-* 2>/dev/null | grep "not found")
   [ -n "$missing" ] && echo "gpu-prebuilt: missing libraries: $missing"

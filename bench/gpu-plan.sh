@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# bench/gpu-plan.sh — one lent GPU window (15 minutes of device time, the 1-2 minute start included),
+# prepared: every step has its own time limit, and the log is written as the steps run, so a step cut
+# by its limit (or the window's end) keeps the earlier steps' lines.
+#
+# Here (no GPU), first:
+#   NCCL_SRC=.deps/nccl-src bench/build-nccl.sh                     # NCCL 2.30+ for sm_90 (about 5 min)
+#   NCCL_HOME=$PWD/.deps/nccl-2.30.7-sm90 bench/gpu-prebuilt.sh pack .gpu   # braid's GPU binaries + NCCL
+# There, with .gpu carried (device tool: carry [".gpu"]):
+#   bash bench/gpu-plan.sh [STEPS]        # STEPS: comma list of the names below (default: all)
+# The log goes to $OUT/gpu-plan.log (the device tool's output folder), else bench/results/.
+#
+# Step (limit, expected):
+#   test    the GPU regression: test_gpu, test_gpu_procs (170 s; 2.5 min: 2026-11-27's H200 run)
+#   nccl    braid and NCCL, all_reduce float sum, 2 ranks on the one GPU, 8 B-256 MiB, -c 1 (150 s; 2 min)
+#   ranks   braid alone at 4 and 8 ranks, same sizes (120 s; 1.5 min)
+#   torch   braid_torch built there against the image's torch (16 cores), its CUDA tests:
+#           python/tests/test_cuda.py (240 s; 3 min, the build about 1 of them: 3 on 2 cores here)
+#   mps     the process device path under MPS: not prepared (the test-only opt-in that forces it
+#           where processes share a GPU is not written); says so and skips
+# Sum of the expected minutes: 9, plus the start: about 11 of the window's 15.
+set -uo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+cd "$repo" || exit 2
+steps=",${1:-test,nccl,ranks,torch,mps},"
+out=${OUT:-$repo/bench/results}
+mkdir -p "$out"
+log=$out/gpu-plan.log
+dir=$(realpath -m "${GPU_PREBUILT_DIR:-.gpu}")
+say() { printf '%s\n' "$*" | tee -a "$log"; }
+# run NAME SECONDS CMD...: CMD's output into the log as it comes, its exit status and wall time after.
+run() {
+  local name=$1 secs=$2
+  shift 2
+  say "==== $name (limit $secs s): $*"
+  local t0=$SECONDS
+  timeout -s INT -k 10 "$secs" "$@" 2>&1 | tee -a "$log"
+  local rc=${PIPESTATUS[0]}
+  say "---- $name: exit $rc in $((SECONDS - t0)) s$([ "$rc" = 124 ] && echo ' (time limit)')"
+}
+want() { [[ $steps == *",$1,"* ]]; }
+
+say "# bench/gpu-plan.sh, $(date -u +%FT%TZ), commit $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?'), steps ${steps//,/ }"
+say "# $(nvidia-smi --query-gpu=name,driver_version,compute_mode,mig.mode.current --format=csv,noheader 2>&1 | head -1) (read, not changed)"
+[ -f "$dir/root" ] || { say "gpu-plan: $dir is not a pack (bench/gpu-prebuilt.sh pack)"; exit 2; }
+
+if want test; then
+  run test 170 bash bench/gpu-prebuilt.sh run test 160 BRAID_TIMEOUT=30 BRAID_GPU_SWEEP_LARGE=100003
+fi
+
+# The packed binaries and NCCL, as gpu-prebuilt.sh run lays them out.
+bench_bin="$dir/build-gpu-check/bench/braid-bench"
+export LD_LIBRARY_PATH="$dir/lib:${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if [ -f "$dir/nccl/libnccl.so.2.gz" ]; then
+  export NCCL_HOME=${TMPDIR:-/tmp}/braid-nccl
+  mkdir -p "$NCCL_HOME/lib" && gunzip -c "$dir/nccl/libnccl.so.2.gz" >"$NCCL_HOME/lib/libnccl.so.2"
+  export LD_LIBRARY_PATH="$NCCL_HOME/lib:$LD_LIBRARY_PATH"
+fi
+sizes=(-d float -o sum -b 8 -e 256M -f 4 -n 20 -w 5 -c 1)
+
+if want nccl; then
+  # Interleaved: braid, NCCL, braid, NCCL, 2 ranks on GPU 0 (one process; NCCL's ranks share the GPU
+  # through NCCL_MULTI_RANK_GPU_ENABLE, 2.30 and later). Never NCCL --procs here: without MPS the
+  # kernels of its processes would wait for each other until killed.
+  for pass in 1 2; do
+    run "braid pass $pass" 35 env BRAID_TIMEOUT=30 "$bench_bin" all_reduce "${sizes[@]}" -np 2 --backend cuda
+    if [ -f "$dir/nccl/libnccl.so.2.gz" ]; then
+      run "nccl pass $pass" 35 env NCCL_MULTI_RANK_GPU_ENABLE=1 "$bench_bin" all_reduce "${sizes[@]}" -np 2 --backend nccl
+    else
+      say "nccl pass $pass: skipped: the pack has no NCCL (pack with NCCL_HOME set)"
+    fi
+  done
+fi
+
+if want ranks; then
+  for np in 4 8; do
+    run "braid $np ranks" 60 env BRAID_TIMEOUT=30 "$bench_bin" all_reduce "${sizes[@]}" -np "$np" --backend cuda
+  done
+fi
+
+if want torch; then
+  # The image's python3 and torch (2.11.0, CUDA 13.0); braid_torch built there against them.
+  py=${PYTHON:-python3}
+  site=${TMPDIR:-/tmp}/braid-torch-site
+  run "torch: build braid_torch" 120 env MAX_JOBS="$(nproc)" BRAID_TORCH_CUDA=1 \
+    "$py" -m pip install -q --no-build-isolation --no-deps --no-cache-dir --target "$site" ./python
+  run "torch: python/tests/test_cuda.py" 120 env PYTHONPATH="$site" PYTHONUNBUFFERED=1 BRAID_TIMEOUT=30 \
+    "$py" -m pytest -q -rs -p no:cacheprovider python/tests/test_cuda.py
+fi
+
+if want mps; then
+  say "==== mps: skipped: not prepared (no test-only opt-in forces the process device path where processes share a GPU)"
+fi
+say "# gpu-plan: done, $(date -u +%FT%TZ)"
