@@ -218,12 +218,27 @@ template <class... P> struct kernel_call {
   }
 };
 
+// The runtime calls this thread has made (every entry point below that reaches the runtime, kernel
+// launches included): what a collective costs on the host, counted (braid::emu::runtime_calls).
+inline thread_local std::uint64_t tls_runtime_calls = 0;
+// Of those, the polls (cudaEventQuery, cudaStreamQuery): how many a wait makes depends on timing.
+inline thread_local std::uint64_t tls_runtime_polls = 0;
+
 #define BRAID_EMU_ENTER()                                                                         \
   do {                                                                                            \
+    ++::braid::emu::detail::tls_runtime_calls;                                                    \
     if (!::braid::emu::detail::rt().usable()) return ::braid::emu::detail::fail(cudaErrorInitializationError); \
   } while (0)
 
 } // namespace braid::emu::detail
+
+namespace braid::emu {
+// The number of runtime calls (kernel launches included) the calling thread has made so far. A call
+// made by another runtime call (cudaMemset through cudaMemsetAsync) counts as well.
+inline std::uint64_t runtime_calls() noexcept { return detail::tls_runtime_calls; }
+// Of runtime_calls(), the polls of an event or a stream (cudaEventQuery, cudaStreamQuery).
+inline std::uint64_t runtime_polls() noexcept { return detail::tls_runtime_polls; }
+} // namespace braid::emu
 
 namespace braid::emu {
 
@@ -845,6 +860,7 @@ inline cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 inline cudaError_t cudaStreamQuery(cudaStream_t stream) {
   using namespace braid::emu::detail;
   BRAID_EMU_ENTER();
+  ++tls_runtime_polls;
   std::shared_ptr<stream_state> s;
   if (const cudaError_t e = stream_for("cudaStreamQuery", stream, s)) return fail(e);
   if (s->capture) {
@@ -915,6 +931,7 @@ inline cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t stream =
 inline cudaError_t cudaEventQuery(cudaEvent_t e) {
   using namespace braid::emu::detail;
   BRAID_EMU_ENTER();
+  ++tls_runtime_polls;
   auto* ev = reinterpret_cast<event_state*>(e);
   if (!rt().live_event(ev)) return fail(cudaErrorInvalidResourceHandle);
   auto rec = rt().record_of(ev);
