@@ -114,6 +114,7 @@ struct config {
   double timeout_s = 0; // 0: options::from_env() (BRAID_TIMEOUT, default 300 s)
   bool inject_fault = false; // tests the checker: the last rank flips a bit of its output
   bool kernel = false;       // --kernel (CUDA): the reduce-copy loop alone against cudaMemcpy
+  bool enqueue_time = false; // --enqueue-time (CUDA): the host's time from a call to its return, per call
   int bind = -1;             // --bind (procs): 1 core, 0 none, -1 auto (core when ranks <= usable CPUs, as mpirun)
   bool cuda_procs = false;   // --procs N (cuda, nccl): ranks are processes (braid::cuda::process_communicator, NCCL)
   int cuda_blocks = 0;       // --blocks N (cuda): group_options::max_blocks_per_rank (0: its default)
@@ -481,6 +482,7 @@ inline std::string fmt_num(double value, int width) {
 struct half_result {
   bool valid = false; // false: N/A (no in-place form)
   double time_us = 0, algbw = 0, busbw = 0;
+  double enqueue_us = -1; // --enqueue-time: host time from the call to its return (every rank's part), per call
   std::int64_t wrong = 0;
   bool checked = false;
 };
@@ -601,6 +603,11 @@ public:
       else std::printf("  %5s", "N/A");
     }
     std::printf("\n");
+    if (oop.enqueue_us >= 0 || ip.enqueue_us >= 0) {
+      // --enqueue-time: below its row, the host's time in the calls (out-of-place, in-place).
+      auto us = [&](const half_result& h) { return !h.valid || h.enqueue_us < 0 ? std::string("N/A") : untimed_ ? std::string("-") : fmt_num(h.enqueue_us, 7); };
+      std::printf("#%11" PRIu64 "  enqueue (host us per call, every rank's part): %s  %s\n", size, us(oop).c_str(), us(ip).c_str());
+    }
     std::fflush(stdout);
     if (csv_) {
       std::fprintf(csv_, "%s,%s,%s,%d,%" PRIu64 ",%" PRIu64 ",%s,%s,%d", std::string(coll_name(c)).c_str(),

@@ -42,7 +42,7 @@ pack)
   targets=(test_gpu test_gpu_procs braid-bench braid-micro braid-gpu-sync-probe)
   have=()
   for t in "${targets[@]}"; do
-    if ninja -C "$build" -t targets all 2>/dev/null | grep -q "^$t:"; then have+=("$t"); else echo "gpu-prebuilt: no target $t (skipped)"; fi
+    if ninja -C "$build" -t query "$t" >/dev/null 2>&1; then have+=("$t"); else echo "gpu-prebuilt: no target $t (skipped)"; fi
   done
   ninja -C "$build" -j "$(nproc)" "${have[@]}" || exit 1
   rm -rf "${dir:?}/build-gpu-check" && mkdir -p "$dir/lib" "$dir/build-gpu-check" || exit 1
