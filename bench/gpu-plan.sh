@@ -56,7 +56,7 @@ if [ -f "$dir/nccl/libnccl.so.2.gz" ]; then
   mkdir -p "$NCCL_HOME/lib" && gunzip -c "$dir/nccl/libnccl.so.2.gz" >"$NCCL_HOME/lib/libnccl.so.2"
   export LD_LIBRARY_PATH="$NCCL_HOME/lib:$LD_LIBRARY_PATH"
 fi
-sizes=(-d float -o sum -b 8 -e 256M -f 4 -n 20 -w 5 -c 1)
+sizes=(-d float -o sum -b 8 -e 256M -f 4 -n 20 -w 5 -c 1 --enqueue-time)
 
 if want nccl; then
   # Interleaved: braid, NCCL, braid, NCCL, 2 ranks on GPU 0 (one process; NCCL's ranks share the GPU
