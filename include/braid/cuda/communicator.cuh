@@ -18,8 +18,11 @@
 // periodically). A collective is capturable in a CUDA graph: round numbers live on the device, so
 // every replay is a new round.
 //
-// Not verified on a GPU yet: in CI this file compiles with nvcc and runs on the emulated CUDA device
-// (braid/emu: test_gpu_emu); the nvcc build of the GPU tests runs only where a GPU is present.
+// Where it has run: test_gpu (several ranks sharing one GPU, one process) has passed on one H100 and
+// one H200, under memcheck and racecheck too (bench/results). Ranks on different GPUs (peer access,
+// NVLink) have run only on the emulated CUDA device (braid/emu: test_gpu_emu). In CI this file
+// compiles with nvcc and runs on the emulated device; the nvcc build of the GPU tests runs only where
+// a GPU is present.
 #pragma once
 
 #include "runtime.cuh"
@@ -53,8 +56,8 @@
 
 namespace braid::cuda {
 
-// Tuning for the CUDA backend. Groups whose ranks are on different GPUs: not yet measured (no machine
-// with several GPUs so far); the reasoning is in each rule.
+// Tuning for the CUDA backend. Groups whose ranks are on different GPUs: unmeasured (bench/results has
+// no run on several GPUs); the reasoning is in each rule.
 inline constexpr tuning_rule cuda_tuning[] = {
     {collective::all_reduce, 2, 64, std::uint64_t{256} << 10, algo::one_shot, "unmeasured: one synchronisation"},
     {collective::all_reduce, 2, 64, ~std::uint64_t{0}, algo::two_shot, "unmeasured: 2(n-1)/n bytes, two synchronisations"},
@@ -65,10 +68,11 @@ inline constexpr tuning_rule cuda_tuning[] = {
 };
 
 // Groups whose ranks all share ONE GPU (no link between them: every algorithm moves its bytes through
-// the same memory, so the fewest synchronisations win). Measured on one H100 80GB HBM3, 2026-11-25,
-// float sum, default 8 MiB staging, 2, 4 and 8 ranks: bench/results/h100-2026-11-25/ (README.md there
-// says which file); one run of each, so differences of 1-3 us at small sizes are not rules. Above 8
-// ranks (unmeasured) the rules of cuda_tuning.
+// the same memory, so the fewest synchronisations win). Measured on one H100 80GB HBM3, float sum,
+// default 8 MiB staging, 2, 4 and 8 ranks; the files each rule names are in the bench/results folder
+// that holds 7-all-reduce-sweep.txt (its README.md says which run made which file); one run of each,
+// so differences of 1-3 us at small sizes are not rules. Above 8 ranks (unmeasured) the rules of
+// cuda_tuning.
 inline constexpr tuning_rule cuda_tuning_one_gpu[] = {
     {collective::all_reduce, 2, 8, ~std::uint64_t{0}, algo::one_shot,
      "7-all-reduce-sweep.txt: one_shot's algbw 1.3-2.2x two_shot's at 2, 4 and 8 ranks, 256 KiB to 256 MiB "
@@ -176,7 +180,8 @@ struct group_state {
 
 // How often a waiting kernel thread may read the group's host-mapped abort flag (wait_ge): every
 // 100 us of a wait (cuda_detail::default_abort_every_ns), or BRAID_CUDA_ABORT_POLL (BRAID_TIMEOUT's
-// syntax: "1ms"; "0.001us" is the old behaviour, every 64 polls), read once per process.
+// syntax: "1ms"; "0.001us" reads it at every look at the clock, every 64 polls), read once per
+// process.
 inline std::uint64_t abort_poll_ns() {
   static const std::uint64_t ns = [] {
     const char* s = std::getenv("BRAID_CUDA_ABORT_POLL");

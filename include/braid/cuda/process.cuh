@@ -1,15 +1,26 @@
 // braid/cuda/process.cuh — collectives between GPU ranks that live in different processes (or in
-// different threads of one process), over CUDA IPC memory handles, with the synchronisation on the
-// host. Several processes may share one GPU.
+// different threads of one process), over CUDA IPC memory handles. Several processes may share one
+// GPU.
 //
 //   braid::communicator host = braid::communicator_from_env();        // RANK/WORLD_SIZE/LOCAL_RANK, or
 //   braid::cuda::process_communicator comm(std::move(host));          // BRAID_UNIQUE_ID; GPU = host rank % visible devices
-//   comm.all_reduce(d_in, d_out, count, braid::sum{}, stream);        // returns when the result is in d_out
+//   comm.all_reduce(d_in, d_out, count, braid::sum{}, stream);        // host path: returns when the result is in d_out
 //
-// Why the host synchronises: kernels of different processes do not run at the same time on one GPU
-// (the GPU time-slices between contexts), so a kernel that spin-waits for a peer process on the same
-// GPU would wait for work that cannot run until it yields. No kernel of this communicator ever waits
-// for a peer. Each round of a call is: (1) the rank's input slice is copied into its staging memory
+// Two paths, chosen once at construction from where the ranks are (process_path in process_state.cuh;
+// describe() says which and why; every rank takes the same one):
+//  * Device path, when every rank is alone on its GPU. A call is one cooperative launch of the
+//    executor's kernel (executor.cuh, the kernel of the one-process communicator) on the caller's
+//    stream; the ranks' kernels wait for each other on progress words in IPC-mapped device memory,
+//    each wait bounded by the timeout and by an abort record in shared host memory. Inputs are always
+//    staged (registered memory is not read in place on this path). The call returns once the kernel
+//    is enqueued, with no host wait, and it can be captured in a CUDA graph; an error a kernel
+//    records (a timeout, an abort, a dead peer) is raised by check() or by the next call.
+//  * Host path, when some ranks share a GPU. Kernels of different processes do not run at the same
+//    time on one GPU (the GPU time-slices between contexts), so a kernel that spin-waited for a peer
+//    process on the same GPU would wait for work that cannot run until it yields: on this path no
+//    kernel waits for a peer, and each round meets on the host. The rest of this comment describes
+//    this path except where it names the device path.
+// Each round of a host-path call is: (1) the rank's input slice is copied into its staging memory
 // unless the input lies in memory registered with the communicator; (2) all ranks exchange a small
 // call descriptor through the host communicator (this is also the synchronisation point, and it
 // checks that every rank makes the same call); (3) the rank reads its peers' slices through IPC
@@ -22,27 +33,33 @@
 //
 // Two kinds of error. Raised before anything is enqueued or exchanged, the communicator stays usable
 // and the peers are not told (they wait in their call until the host deadline): invalid arguments,
-// an algorithm other than automatic/direct, a stream being captured, a bad registration id, a null
-// range to register. Raised once the call has started (CUDA errors, timeouts, a failed or mismatched
-// peer, memory that cannot be exported): the communicator fails, aborts its host communicator so
-// that the peers raise too, and refuses later calls. A call with count 0 returns at once on the
-// calling rank, with no synchronisation and no check against the peers' calls.
+// an algorithm the path does not implement (host path: automatic and direct; the device path also
+// one_shot and two_shot for all_reduce), a stream being captured (host path), a bad registration
+// id, a null range to register. Raised once the call has started (CUDA errors, timeouts, a failed
+// or mismatched peer, memory that cannot be exported): the communicator fails, aborts its host
+// communicator so that the peers raise too, and refuses later calls. A call with count 0 returns at
+// once on the calling rank, with no synchronisation and no check against the peers' calls.
 //
-// Guarantees: the reduction order is rank 0, 1, ..., n-1 for every element; each element is reduced
-// by one rank and copied bit for bit to the others, so every rank gets identical bits. Every host wait
+// Guarantees: the reduction order is rank 0, 1, ..., n-1 for every element, so every rank gets
+// identical bits (each element is reduced by one rank and copied bit for bit to the others; the
+// device path's one_shot has every rank reduce every element in that order itself). Every host wait
 // has the deadline of the host communicator's options (from_env passes process_options::base to it),
 // the wait for this rank's own stream that of process_options::base.timeout, and a peer that dies or
 // raises makes every other rank raise (peer_failed, aborted, or usage_error carrying that cause)
 // instead of waiting. After an error of the second kind above the
 // communicator refuses further calls (usage_error carrying the cause).
 //
-// Calls are blocking on the host: a call returns when its work on `stream` is complete (it waits for
-// the stream's earlier work too). They cannot be captured in a CUDA graph (unsupported_error).
-// Destruction is collective: the destructor waits (a host barrier) until no peer can still be
-// reading this rank's staging memory, unless the communicator failed.
+// Host-path calls are blocking on the host: a call returns when its work on `stream` is complete (it
+// waits for the stream's earlier work too), and cannot be captured in a CUDA graph
+// (unsupported_error). Destruction is collective: the destructor waits (a host barrier; on the device
+// path first for this rank's kernels) until no peer can still be reading this rank's staging memory,
+// unless the communicator failed.
 //
-// Not verified on a GPU yet: in CI this file compiles with nvcc and runs on the emulated CUDA device
-// (braid/emu: test_gpu_procs_emu, real processes); the nvcc build runs only where a GPU is present.
+// Where it has run: the host path (test_gpu_procs: processes sharing one GPU) has passed on one H100
+// and one H200 (bench/results). The device path needs a GPU per rank and has run only on the emulated
+// CUDA device (braid/emu: test_gpu_procs_emu_device, real processes), never on hardware; on a GPU,
+// test_gpu_procs_device runs it where there are 3 GPUs or more. In CI this file compiles with nvcc and
+// runs on the emulated device.
 #pragma once
 
 #include "runtime.cuh"
