@@ -30,7 +30,7 @@ struct options {
   std::size_t p2p_bytes = std::size_t{1} << 20;     // per rank send buffer
   // Ranks that are threads read each other's inputs in place (no staging copy) from this size on,
   // for out-of-place calls (16 KiB: 1.8-4x faster than staging at 32-128 KiB with 2 threads,
-  // bench/results/zero-copy-2026-11-27-xeon-cpu.txt).
+  // bench/results).
   std::size_t zero_copy_min_bytes = std::size_t{16} << 10;
   // A waiting rank polls this long (yielding between polls when ranks outnumber CPUs), then sleeps in
   // the kernel until the rank it waits for posts (transport/host/sleep.hpp).

@@ -24,21 +24,24 @@ struct tuning_rule {
   std::uint8_t ranks = any_ranks; // tuning_ranks this rule is for
 };
 
-// Host backend (threads and processes). Measured by bench/tuning.sh, 2026-11-27, on the 2-vCPU AMD EPYC
-// VM: bench/results/tuning-2026-11-27-before-cpu.txt (the table before these rules, beside every
-// algorithm; float sum; medians of 3 passes of 20 calls) and tuning-2026-11-27-cpu.txt (these rules).
+// Host backend (threads and processes). Measured by bench/tuning.sh on the 2-vCPU AMD EPYC VM (float
+// sum; medians of 3 passes of 20 calls; bench/results): every algorithm beside a baseline table
+// (all_reduce one_shot to 32 KiB, then two_shot; direct for the other collectives below 17 ranks;
+// tuning-*-before-cpu.txt), then every algorithm beside these rules (the EPYC run of these rules).
 // 2 and 4 ranks were measured, 4 on the 2 CPUs; rules for 5-16 ranks follow the 4-rank figures, for
-// 17 and more they are reasoning only. A choice changed only where another algorithm was at least
-// about 1.25x faster at that size and the neighbouring ones; the figures are in the evidence.
-// The thread_ranks rules that name tuning-2026-11-27-zero-copy-xeon-cpu.txt were measured after thread
-// ranks began reading inputs in place from 16 KiB instead of 256 KiB, on the 2-vCPU Intel Xeon VM.
+// 17 and more they are reasoning only. A rule departs from the baseline only where another algorithm
+// was at least about 1.25x faster at that size and the neighbouring ones; the figures are in the
+// evidence. In those EPYC runs thread ranks read inputs in place only from 256 KiB. The thread_ranks
+// rules whose evidence names the zero-copy Xeon run (tuning-*-zero-copy-xeon-cpu.txt) were measured
+// on the 2-vCPU Intel Xeon VM with thread ranks reading inputs in place from 16 KiB
+// (options::zero_copy_min_bytes), as they do by default.
 inline constexpr tuning_rule host_tuning[] = {
     {collective::all_reduce, 2, 2, std::uint64_t{256} << 10, algo::one_shot,
      "one_shot against two_shot: 2 processes 64 KiB 14.4 vs 23.6 us, 256 KiB 35.4 vs 41.8; 2 threads 64 KiB "
      "10.1 vs 14.2, 256 KiB 9.2 vs 32.9 (read in place)"},
     {collective::all_reduce, 2, 2, std::uint64_t{1} << 20, algo::one_shot,
      "2 threads: one_shot against two_shot 512 KiB 26-32 vs 89-92 us, 1 MiB 91-102 vs 152-162 in runs A, A2 and "
-     "C (150 vs 158 in run B), 4 MiB 510 vs 538 (tuning-2026-11-27-zero-copy-xeon-cpu.txt)",
+     "C (150 vs 158 in run B), 4 MiB 510 vs 538 (the zero-copy Xeon run)",
      thread_ranks},
     {collective::all_reduce, 3, 64, std::uint64_t{4} << 10, algo::one_shot,
      "4 processes: one_shot fastest to 4 KiB (9.9 us, two_shot 10.1), 16 KiB 22.2 vs 14.9; 4 threads: fastest "
@@ -58,12 +61,12 @@ inline constexpr tuning_rule host_tuning[] = {
      "4 threads: direct 3.8-4.2 us to 4 KiB, halving_doubling about 10; 4 processes within noise to 1 KiB"},
     {collective::reduce_scatter, 3, 16, std::uint64_t{128} << 10, algo::direct,
      "4 threads, inputs read in place from 16 KiB: direct against halving_doubling 16 KiB 4.8 vs 9.2 us, 64 KiB "
-     "9.8 vs 18.0, 128 KiB 15.8 vs 21.1; even at 256 KiB (tuning-2026-11-27-zero-copy-xeon-cpu.txt)",
+     "9.8 vs 18.0, 128 KiB 15.8 vs 21.1; even at 256 KiB (the zero-copy Xeon run)",
      thread_ranks},
     {collective::reduce_scatter, 3, 16, ~std::uint64_t{0}, algo::halving_doubling,
      "4 processes: halving_doubling against direct 16 KiB 7.9 vs 10.6 us, 1 MiB 164 vs 192, 64 MiB 17.4 vs 29.4 ms; "
      "ring was faster in one run (1 MiB 126 us) and 3.4x slower in the next (425 us, halving_doubling 126, "
-     "tuning-2026-11-27-cpu.txt); 4 threads: halving_doubling ahead or even from 16 KiB in both runs"},
+     "the EPYC run of these rules); 4 threads: halving_doubling ahead or even from 16 KiB in both runs"},
     {collective::reduce_scatter, 17, 64, ~std::uint64_t{0}, algo::ring, "not measured: fan-in bounded at 2"},
     {collective::all_gather, 2, 16, ~std::uint64_t{0}, algo::direct,
      "fastest or within noise of it at 2 and 4 ranks, threads and processes, 64 B to 64 MiB"},
@@ -78,7 +81,7 @@ inline constexpr tuning_rule host_tuning[] = {
     {collective::reduce, 3, 64, std::uint64_t{16} << 10, algo::direct, "4 processes and threads: within noise of the fastest to 16 KiB"},
     {collective::reduce, 3, 64, std::uint64_t{64} << 10, algo::direct,
      "4 threads, inputs read in place from 16 KiB: direct against ring 32 KiB 9.3 vs 14.0 us, 64 KiB 15.8 vs "
-     "23.1; ring ahead from 128 KiB (tuning-2026-11-27-zero-copy-xeon-cpu.txt)",
+     "23.1; ring ahead from 128 KiB (the zero-copy Xeon run)",
      thread_ranks},
     {collective::reduce, 3, 64, ~std::uint64_t{0}, algo::ring,
      "4 ranks: ring against direct 256 KiB 53 vs 77 us (processes), 63 vs 77 (threads); 1 MiB 151 vs 269 and "

@@ -128,9 +128,9 @@ BRAID_HD void record_failure(abort_ref at, const device_error& e) {
 // The abort flag lives in host-mapped memory: a GPU reads it across PCIe, and while the read is out
 // the waiting thread sees no post. The clock is read every 64 polls; the flag at most once every
 // `abort_every_ns` of waiting (0: at each of those clock reads), so a wait that ends sooner never
-// reads it. Reading it every 64 polls made the many-step schedules 2-8x slower where a rank's
-// 33 blocks wait (H100, 2026-11-26: bench/results/h100-2026-11-26/): one of them was nearly always
-// inside a read when the peer posted, and the step ends when its last block has seen the post.
+// reads it. Reading it every 64 polls makes the many-step schedules 2-8x slower where a rank's
+// 33 blocks wait (measured on an H100, bench/results): one of them is nearly always inside a read
+// when the peer posts, and the step ends when its last block has seen the post.
 inline constexpr u64 default_abort_every_ns = 100000; // 100 us: an abort is seen within about that
 BRAID_DEVICE bool wait_ge(const u64* word, u64 target, abort_ref ab, u64 timeout_ns, int rank, int peer, int step,
                           u64 abort_every_ns = default_abort_every_ns, call_id call = {}) {

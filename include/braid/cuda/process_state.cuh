@@ -134,7 +134,7 @@ struct peer_watch {
   void start(cuda_detail::device_abort* rec, int me) {
     if (fds.empty()) return;
     wake = ::eventfd(0, EFD_CLOEXEC);
-    if (wake < 0) return; // no watcher: a dead peer is then found at the deadline, as before
+    if (wake < 0) return; // no watcher: a dead peer is then found at the deadline
     t = std::thread([this, rec, me] {
       std::vector<pollfd> p;
       for (int fd : fds) p.push_back(pollfd{fd, POLLIN, 0});

@@ -255,7 +255,7 @@ private:
   // to the host communicator, whose other ranks raise it from their waits.
   // Up to this many bytes of slice, cross_all_reduce sends all of it to every member and each reduces
   // every member's copy (one round) instead of two-shot (two rounds); measured at 2 hosts: 0.62-0.80x
-  // the two-shot time at 256 bytes-1 KiB (docs/benchmarks.md, 2026-11-28).
+  // the two-shot time at 256 bytes-1 KiB (docs/benchmarks.md).
   static constexpr std::size_t one_round_bytes = 1024;
   // A broadcast's data rides in the check's exchange (the root's host sends it to every other host)
   // where there are 2 hosts or (hosts - 1) x its bytes are at most this; otherwise MPI_Bcast follows.

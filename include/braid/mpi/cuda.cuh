@@ -389,8 +389,8 @@ private:
   // ---- the inter-host call check (mpi/call_check.hpp), header only ----------------------------------
   // The call's word is folded in at its start (start_check); inter_host_check() makes the exchange if
   // it is still to come, and is called before every inter-host MPI call, so the first one of a call is
-  // always the check. It carries no data (the data lies in device memory; the data exchanges follow as
-  // before). Hosts of unequal size: the leader publishes a mismatch to the host's CUDA communicator, so
+  // always the check. It carries no data (the data lies in device memory; the data exchanges follow
+  // it). Hosts of unequal size: the leader publishes a mismatch to the host's CUDA communicator, so
   // that its other ranks raise mismatch_error from their host waits, or their kernels stop and they
   // raise it from check() or their next call. Uniform layouts: every rank compares on its own cross
   // communicator and all reach the same verdict (a host's ranks make the same calls, so every cross

@@ -1,8 +1,8 @@
 // braid/nn/ddp_device.cuh — data-parallel gradient averaging on CUDA devices, overlapped with backward:
 // gradient buckets in device memory, each averaged with braid's all_reduce(avg) on a communication
 // stream as soon as backward has produced it, ordered by events, with no host synchronisation per
-// bucket. Issue 16, item 3 (the reducer; the device layers that will drive it are not written yet).
-// Namespace braid::nn::fused, with the fused optimizers (optim_device.cuh).
+// bucket. fused::resnet (model_device.cuh) drives it: set_buckets() gives the bucket boundaries and
+// on_bucket_ready() reports each bucket as backward finishes it. Namespace braid::nn::fused, with the fused optimizers (optim_device.cuh).
 //
 // bucket_reducer<Comm, T> works with any communicator whose all_reduce has braid::cuda's form
 // all_reduce(in, out, count, op, stream): braid::cuda::communicator (ranks as GPUs of one process:

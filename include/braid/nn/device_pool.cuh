@@ -36,7 +36,7 @@
 //   blocks the other threads' allocate/deallocate meanwhile).
 // - Not for streams being captured into a CUDA graph: cudaMalloc is refused during a capture, and an
 //   event recorded on a capturing stream is a graph node, not a point the pool can query (PyTorch gives
-//   captures private pools; braid has none yet).
+//   captures private pools; braid has none).
 // - Streams passed in must be streams of the pool's device, and must outlive the blocks allocated on
 //   them (cached ones included: release_cached() before destroying a stream, as a new stream may get
 //   the old one's handle and inherit its free list without being ordered after its work).

@@ -1,8 +1,7 @@
 // braid/nn/model_device.cuh — a ResNet of braid::nn on a CUDA device: forward, backward and softmax
 // cross-entropy over device memory, its parameters and gradients in one flat buffer each (what the
 // fused optimizers and the DDP bucket reducer take), its GEMMs through cuBLAS and its per-element
-// arithmetic from nn/ops.hpp, the same text the host layers run. Issue 16, items 1 and 5.
-// Namespace braid::nn::fused.
+// arithmetic from nn/ops.hpp, the same text the host layers run. Namespace braid::nn::fused.
 //
 //   fused::resnet<T> net(blocks, classes, in_ch, width, pool, stream, blas);   // nn::resnet's shape
 //   net.load(host_model);                     // the host model's parameters and running statistics

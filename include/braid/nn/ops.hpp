@@ -1,14 +1,14 @@
 // braid/nn/ops.hpp — the per-element arithmetic of braid::nn's hand-written layers, written once for
-// the host loops (layers.hpp, loss.hpp) and the device kernels (layers_device.cuh). Issue 16, item 1:
-// one text per layer where one text can serve.
+// the host loops (layers.hpp, loss.hpp) and the device kernels (layers_device.cuh): one text per layer
+// where one text can serve.
 //
 // Each op is a small struct of pointers and sizes with a BRAID_HD operator()(i) that computes ONE
 // output element i (host: a loop over i; device: one thread per i, grid-stride). An output element is
 // never written by two i, and every sum an element needs is taken inside its own call in a fixed order,
 // so the host and the device compute the same bits (same compiler and no contraction on the emulated
-// device; on a GPU, nvcc may contract multiply-adds) and the device needs no atomics. Where the host
-// layer used to scatter (pooling's and col2im's backward), the op gathers, in the order the scatter
-// added, so the host's bits did not change when it moved onto these ops.
+// device; on a GPU, nvcc may contract multiply-adds) and the device needs no atomics. Where a layer's
+// natural loop scatters (pooling's and col2im's backward), the op gathers instead, adding each
+// output's terms in the order a scatter loop would add them, so it gives that loop's bits.
 //
 // What is NOT here, and why: the GEMMs (conv2d and linear: a BLAS, cuBLAS on the device), the
 // channel statistics of batchnorm2d (a reduction over N*H*W, which a GPU needs as a tree over a block,

@@ -1,6 +1,6 @@
 // braid/nn/optim_device.cuh — fused optimizers (SGD with momentum/Nesterov/weight decay, Adam, AdamW,
 // LAMB), clipping by global norm and dynamic loss scaling on a CUDA device, over flat parameter
-// buffers. Issue 16, item 2. Namespace braid::nn::fused.
+// buffers. Namespace braid::nn::fused.
 //
 // A flat_params<T> names n parameters and their n gradients, each in one device allocation, with the
 // parameter tensors back to back; `segments` lists where each tensor starts (LAMB's trust ratio is per
@@ -64,7 +64,7 @@ BRAID_DEVICE std::int64_t stride() { return std::int64_t(gpu::grid_size()) * thr
 
 // The kernels that need no type parameter are templates all the same (template <int = 0>): a
 // template has vague linkage, so this header can be included by several translation units of one
-// program (a plain kernel defined here was defined twice at link time, host stub or emulated).
+// program (a plain kernel defined here would be defined twice at link time, host stub or emulated).
 
 // Counts a step unless the scaler's last update skipped it, and computes the bias corrections.
 template <int = 0> BRAID_KERNEL_BOUNDED(1) void begin_step(step_state* s, const rules::scaler_state* scaler, double beta1, double beta2) {

@@ -1,7 +1,9 @@
 // braid/nn/pipeline_device.cuh — model parallelism on CUDA ranks: nn::pipeline's GPipe schedule
 // (pipeline.hpp: fill, drain, re-materialisation, BatchNorm statistics kept from the fill) with
 // fused::resnet stages, one per rank of a braid::cuda::communicator, activations and gradients over
-// its send/recv. Issue 16, item 4. Namespace braid::nn::fused. Tested on the emulated device only.
+// its send/recv. Namespace braid::nn::fused. Its tests run on the emulated device; on a GPU, the
+// pipeline trainer (resnet_pipeline_cuda, 2 stages on one H200) has run 2 steps under memcheck with no
+// error (bench/results).
 //
 //   fused::resnet<float> stage(blocks, 10, 1, width, pool, stream, blas, first, last); // rank r's children
 //   fused::pipeline<braid::cuda::communicator, float> pipe(stage, comm, micro_batches);

@@ -1,8 +1,8 @@
 // braid/nn/tensor.hpp — tensors (shape, element type, memory) and the caching memory pool behind them.
 //
 // A tensor is a shared handle to a contiguous, row-major block of elements of one run-time type
-// (float32, float64, bfloat16, float16) in one place (host memory; CUDA memory is not built yet and
-// asking for it raises unsupported_error). Copies of a tensor share memory; clone() copies it.
+// (float32, float64, bfloat16, float16) in one place (host memory; a tensor does not hold CUDA memory,
+// and asking for device::cuda raises unsupported_error: the device code uses flat buffers instead). Copies of a tensor share memory; clone() copies it.
 // Memory comes from a memory_pool that keeps freed blocks by size class and hands them out again, so a
 // training loop that allocates the same shapes every step reaches a steady state with no system
 // allocation; its statistics say what is in use now, the peak, and what sits cached.

@@ -169,7 +169,7 @@ public:
     for (;;) {
       // Polls between looks at the clock: one when crowded (each of 64 polls, 13-17 ns of PAUSE on the
       // 2-vCPU Xeon VM, is time the rank that shares the CPU could run: 4 processes on 2 CPUs, 16-256 B
-      // all_reduce, 3.0-5.2 µs per call before, 2.1-3.1 after, bench/results/four-waits-2026-11-27-xeon-cpu.txt).
+      // all_reduce, 2.1-3.1 µs per call with one poll, 3.0-5.2 with 64, bench/results).
       const int polls = crowded ? 1 : 64;
       for (int i = 0; i < polls; ++i) {
         if (word.load(std::memory_order_acquire) >= target) return;
@@ -179,8 +179,8 @@ public:
         // Where this rank runs, for a peer that waits for it: a peer that finds it on its own CPU
         // yields instead of spinning (spinning would only delay the rank it waits for by a time
         // slice). Looked up once a wait outlasts its first polls, and stored only when it changed:
-        // the peer reads the line while it spins (a store on every slow wait cost about 6% per call at
-        // the 4 B floor, 2026-11-25).
+        // the peer reads the line while it spins (a store on every slow wait costs about 6% per call
+        // at the 4 B floor).
         cpu = ::sched_getcpu();
         if (self().cpu.load(std::memory_order_relaxed) != cpu) self().cpu.store(cpu, std::memory_order_relaxed);
         crowded = policy.oversubscribed || shares_cpu(cpu);

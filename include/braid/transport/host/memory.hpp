@@ -35,7 +35,7 @@ public:
   // mapping that touches a page again gets a fresh zero page; nothing raises SIGBUS, the size is
   // unchanged). fallocate(PUNCH_HOLE) on the descriptor, else madvise(MADV_REMOVE) on the mapping
   // (the same operation for shmem); both unmap the pages from every process's page tables. Errors are
-  // ignored: the pages then come back when the last mapping goes, as before.
+  // ignored: the pages then come back only when the last mapping goes.
   void release_pages() noexcept {
     if (!base_ || !bytes_) return;
     if (fd_ >= 0 && ::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(bytes_)) == 0) return;

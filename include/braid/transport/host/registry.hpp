@@ -5,7 +5,7 @@
 // descriptor (allocation id and byte offset) instead of staging a copy, and peers read the buffer in
 // place. Descriptors: bit 63 set, allocation id in bits 40..62, byte offset in bits 0..39.
 //
-// Freeing (issue 18): the owner releases a freed buffer's pages at once (buffer::release punches them
+// Freeing: the owner releases a freed buffer's pages at once (buffer::release punches them
 // out of the memfd) and remembers its id here; its next alloc tells every peer, which then unmaps its
 // copy (drop_peer). So the pages come back when the buffer is freed, and a peer holds at most the
 // mappings of live buffers plus those freed since the owner's last alloc.

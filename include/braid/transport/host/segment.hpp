@@ -59,9 +59,9 @@ struct alignas(control_stride) rank_control {
   // round R + 2, so the word of round R is stable while any peer is in round R, R + 1 or R + 2.
   // in_desc and the call word share the progress word's 64 bytes: a round start stores in_desc, the
   // word and the post back to back (after the staging copy), so the line moves to the writer once, and
-  // a reader that acquired the post has both in its cache with it. (Layout 2 had them on a line of
-  // their own; moving them measured as no change at the latency floor, 2026-11-25: the call word's
-  // cost there was a store-forwarding stall, context.hpp's call_fp.)
+  // a reader that acquired the post has both in its cache with it. (On a line of their own they
+  // measured the same at the latency floor: the call word's cost is a store-forwarding stall,
+  // context.hpp's call_fp, not the line.)
   std::atomic<std::uint64_t> call[4];
   alignas(control_stride) std::atomic<std::uint32_t> state;
   std::int32_t pid;
@@ -69,7 +69,7 @@ struct alignas(control_stride) rank_control {
   // writes (as sender: msg_posted, bytes_posted; as receiver: msg_done, bytes_consumed, msg_error).
   // Every post reads it, so it lives on this line, which peers read only in slow paths and debug mode,
   // and not on the progress line: a load there after the post waits for the line when a spinning peer
-  // has just taken it (+22% per call at the 4 B floor, measured 2026-11-25).
+  // has just taken it (+22% per call at the 4 B floor, measured).
   std::atomic<std::uint32_t> sleepers;
   // The CPU this rank ran on when it last began a slow wait (-1: none yet): a peer waiting for it on
   // the same CPU yields instead of spinning (context.hpp).

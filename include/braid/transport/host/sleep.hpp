@@ -1,5 +1,5 @@
 // braid/transport/host/sleep.hpp — how a waiting rank sleeps in the kernel and how a posting rank wakes
-// it (issue 15: waits that neither burn a busy machine nor lose latency).
+// it (so that waits neither burn a busy machine nor lose latency).
 //
 // A word a rank waits on (a progress word, a send/recv counter) has a sleepers count on its own
 // 64-byte line. A waiter that has spun long enough adds itself to the count, makes the count visible
