@@ -36,15 +36,20 @@ inline void* driver_symbol(const char* name) {
 // Makes `dev` the current device for a scope, and restores the previous one.
 struct device_guard {
   int saved = 0;
+  bool changed = false; // the current device was not `dev`: restored at the end
   explicit device_guard(int dev) {
     const cudaError_t e = cudaGetDevice(&saved);
     if (e != cudaSuccess) raise_cuda(e, "cudaGetDevice", __FILE__, __LINE__);
-    if (dev != saved)
+    if (dev != saved) {
       if (const cudaError_t f = cudaSetDevice(dev); f != cudaSuccess) raise_cuda(f, "cudaSetDevice", __FILE__, __LINE__);
+      changed = true;
+    }
   }
   device_guard(const device_guard&) = delete;
   device_guard& operator=(const device_guard&) = delete;
-  ~device_guard() { cudaSetDevice(saved); }
+  ~device_guard() {
+    if (changed) cudaSetDevice(saved);
+  }
 };
 
 } // namespace braid::cuda_detail
