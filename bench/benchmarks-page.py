@@ -97,7 +97,11 @@ def header_lines(lines, limit=12):
 
 
 def quote(texts):
-    return ["> " + t.replace("|", "\\|") for t in texts]
+    # Paths of the machine a log was made on name nothing a reader has: shown relative to the checkout.
+    def local(t):
+        return re.sub(r"/work/(main/)?", "", t)
+
+    return ["> " + local(t).replace("|", "\\|") for t in texts]
 
 
 def is_num(s):
