@@ -16,9 +16,12 @@
 #   ranks   braid alone at 4 and 8 ranks, same sizes (120 s; 1.5 min)
 #   torch   braid_torch built there against the image's torch (16 cores), its CUDA tests:
 #           python/tests/test_cuda.py (240 s; 3 min, the build about 1 of them: 3 on 2 cores here)
-#   mps     the process device path under MPS: not prepared (the test-only opt-in that forces it
-#           where processes share a GPU is not written); says so and skips
-# Sum of the expected minutes: 9, plus the start: about 11 of the window's 15.
+#   mps     the process device path on the one GPU under CUDA MPS, where nvidia-cuda-mps-control
+#           exists: the daemon started with its pipe and log folders under /tmp, braid-bench
+#           --procs 2 and 4 with BRAID_TEST_SHARED_GPU_DEVICE_PATH=1 (the test-only opt-in that takes
+#           the device path where processes share a GPU), -c 1, BRAID_TIMEOUT=20; the daemon quit on
+#           every exit path; compute mode read before and after, never set (120 s; 1.5 min)
+# Sum of the expected minutes: 10.5, plus the start: about 12.5 of the window's 15.
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 cd "$repo" || exit 2
@@ -89,6 +92,26 @@ if want torch; then
 fi
 
 if want mps; then
-  say "==== mps: skipped: not prepared (no test-only opt-in forces the process device path where processes share a GPU)"
+  if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+    export CUDA_MPS_PIPE_DIRECTORY=${TMPDIR:-/tmp}/braid-mps/pipe CUDA_MPS_LOG_DIRECTORY=${TMPDIR:-/tmp}/braid-mps/log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    say "# mps: before: $(nvidia-smi --query-gpu=compute_mode --format=csv,noheader 2>&1 | head -1) (read, not changed)"
+    quit_mps() { echo quit | nvidia-cuda-mps-control >/dev/null 2>&1 || true; }
+    trap 'quit_mps' EXIT INT TERM
+    if nvidia-cuda-mps-control -d; then
+      for np in 2 4; do
+        run "mps: process device path, $np processes on one GPU" 50 env BRAID_TEST_SHARED_GPU_DEVICE_PATH=1 BRAID_TIMEOUT=20 BRAID_DEBUG=1 \
+          "$bench_bin" all_reduce -d float -o sum -b 8 -e 64M -f 8 -n 20 -w 5 -c 1 --backend cuda --procs "$np"
+      done
+      quit_mps
+      say "# mps: daemon quit; its log: $(tail -3 "$CUDA_MPS_LOG_DIRECTORY/control.log" 2>/dev/null | tr '\n' ' ')"
+    else
+      say "mps: nvidia-cuda-mps-control -d failed: skipped"
+    fi
+    trap - EXIT INT TERM
+    say "# mps: after: $(nvidia-smi --query-gpu=compute_mode --format=csv,noheader 2>&1 | head -1)"
+  else
+    say "==== mps: skipped: nvidia-cuda-mps-control is not on this machine"
+  fi
 fi
 say "# gpu-plan: done, $(date -u +%FT%TZ)"

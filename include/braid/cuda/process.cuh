@@ -70,6 +70,7 @@
 #include <cstdint>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -422,25 +423,33 @@ private:
   // requested path (an all_gather), so the choice is the same everywhere.
   static bool choose_device_path(state& s, const error_context& ctx) {
     struct where {
-      std::int32_t device, asked;
+      std::int32_t device, asked, shared_ok;
     };
+    // Test-only: BRAID_TEST_SHARED_GPU_DEVICE_PATH=1 takes the device path where ranks share a GPU.
+    // Its kernels then wait for kernels of other processes on the same GPU, which only CUDA MPS runs
+    // beside them (without it they wait until the timeout): for testing the device path on one GPU.
+    const char* force_env = std::getenv("BRAID_TEST_SHARED_GPU_DEVICE_PATH");
+    const std::int32_t force = force_env && std::string(force_env) == "1";
     const int n = s.host.size();
-    const std::vector<where> all = exchange(s, where{s.device, static_cast<std::int32_t>(s.opts.path)});
+    const std::vector<where> all = exchange(s, where{s.device, static_cast<std::int32_t>(s.opts.path), force});
     bool distinct = n > 1;
     std::string devices;
     s.same_gpu.assign(static_cast<std::size_t>(n), 0);
     for (int q = 0; q < n; ++q) {
       const where& w = all[static_cast<std::size_t>(q)];
       s.same_gpu[static_cast<std::size_t>(q)] = w.device == s.device;
-      if (w.asked != all[0].asked) {
+      if (w.asked != all[0].asked || w.shared_ok != all[0].shared_ok) {
         s.agreed_failure = true; // every rank sees the same `all`
-        raise(errc::mismatch, "rank " + std::to_string(q) + " asked for a different process_path than rank 0", ctx);
+        raise(errc::mismatch, "rank " + std::to_string(q) + " asked for a different process_path than rank 0" +
+                                  (w.shared_ok != all[0].shared_ok ? " (BRAID_TEST_SHARED_GPU_DEVICE_PATH differs)" : ""), ctx);
       }
       if (q) devices += ',';
       devices += std::to_string(w.device);
       for (int k = 0; k < q; ++k) distinct = distinct && all[static_cast<std::size_t>(k)].device != w.device;
     }
     const auto asked = static_cast<process_path>(all[0].asked);
+    const bool forced = all[0].shared_ok && !distinct && n > 1 && asked != process_path::host;
+    if (forced) distinct = true;
     if (asked == process_path::device && !distinct) {
       s.agreed_failure = true; // every rank raises this error from the same data
       raise(errc::invalid_argument, "process_path::device needs every rank on a GPU of its own (devices " + devices +
@@ -448,7 +457,8 @@ private:
     }
     const bool device = asked == process_path::device || (asked == process_path::automatic && distinct);
     s.description = std::string(device ? "device path" : "host path") + " (" + std::to_string(n) + " ranks on GPUs " + devices +
-                    (asked == process_path::automatic ? (distinct ? "; each alone on its GPU)" : "; some share a GPU)") : "; asked for)");
+                    (forced ? "; some share a GPU, device path forced by BRAID_TEST_SHARED_GPU_DEVICE_PATH)"
+                     : asked == process_path::automatic ? (distinct ? "; each alone on its GPU)" : "; some share a GPU)") : "; asked for)");
     if (s.opts.base.debug && s.host.rank() == 0) std::fprintf(stderr, "braid: cuda::process_communicator: %s\n", s.description.c_str());
     return device;
   }

@@ -151,6 +151,17 @@ inline cuda_thread& current_thread(const char* what) {
 }
 
 // ---- processes take turns on a device ---------------------------------------------------------
+// As on a GPU, where contexts of different processes time-slice: kernels of two processes never run
+// at the same time on one emulated device. BRAID_EMU_MPS=1 emulates CUDA MPS instead: every
+// process's kernels run beside each other's.
+
+inline bool emulate_mps() {
+  static const bool on = [] {
+    const char* e = std::getenv("BRAID_EMU_MPS");
+    return e && e[0] == '1' && e[1] == 0;
+  }();
+  return on;
+}
 
 // The sockets this process holds its devices with, so that a child forked while they are held can
 // close its copies at once (it cannot use the runtime; it must not keep the devices either).
@@ -173,6 +184,10 @@ public:
 
   void enter() {
     std::unique_lock<std::mutex> lk(m_);
+    if (emulate_mps()) {
+      ++running_;
+      return;
+    }
     cv_.wait(lk, [&] { return !acquiring_; });
     if (running_ == 0 && !held_) {
       acquiring_ = true;
@@ -189,6 +204,10 @@ public:
   }
   void leave() {
     std::lock_guard<std::mutex> lk(m_);
+    if (emulate_mps()) {
+      --running_;
+      return;
+    }
     if (--running_ == 0 && held_) {
       if (device_ >= 0 && device_ < 16) held_slice_fds[device_].store(-1);
       ::close(sock_);
