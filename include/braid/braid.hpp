@@ -2,8 +2,8 @@
 // communicator with its thread and process bootstraps.
 #pragma once
 
-#include "bootstrap/env.hpp"
-#include "bootstrap/threads.hpp"
+#include "launch/env.hpp"
+#include "launch/threads.hpp"
 #include "bootstrap/unique_id.hpp"
 #include "comm/communicator.hpp"
 #include "comm/options.hpp"

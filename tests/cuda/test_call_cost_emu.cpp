@@ -9,7 +9,7 @@
 // call (one kernel launch per rank with a GPU of its own; one for all the ranks of a shared GPU plus
 // the event operations that join their streams) is what the launch path is to reach; the counts are
 // printed beside it.
-#include <braid/bootstrap/threads.hpp>
+#include <braid/launch/threads.hpp>
 #include <braid/cuda.cuh>
 
 #include <doctest/doctest.h>

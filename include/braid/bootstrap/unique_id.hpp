@@ -32,7 +32,7 @@ public:
     return id;
   }
 
-  // An id derived from a string every rank of a job knows (not secret: see bootstrap/env.hpp).
+  // An id derived from a string every rank of a job knows (not secret: see launch/env.hpp).
   static unique_id derive(std::string_view key) {
     unique_id id;
     std::uint64_t h[4] = {0x243f6a8885a308d3ULL, 0x13198a2e03707344ULL, 0xa4093822299f31d0ULL, 0x082efa98ec4e6c89ULL};

@@ -83,7 +83,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "../bootstrap/env.hpp"
+#include "../launch/env.hpp"
 #include "../comm/communicator.hpp"
 #include "../comm/options.hpp"
 #include "../comm/validate.hpp"
@@ -205,7 +205,7 @@ public:
     }
   }
 
-  // Convenience: the host communicator from the launcher's environment (see bootstrap/env.hpp).
+  // Convenience: the host communicator from the launcher's environment (see launch/env.hpp).
   static process_communicator from_env(int device = -1, const process_options& o = {}) {
     return process_communicator(communicator_from_env(o.base), device, o);
   }

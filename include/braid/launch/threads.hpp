@@ -1,4 +1,4 @@
-// braid/bootstrap/threads.hpp — run a function on n ranks that are threads of this process.
+// braid/launch/threads.hpp — run a function on n ranks that are threads of this process.
 #pragma once
 
 #include <exception>

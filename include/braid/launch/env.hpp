@@ -1,4 +1,4 @@
-// braid/bootstrap/env.hpp — build a process communicator from the launcher's environment.
+// braid/launch/env.hpp — build a process communicator from the launcher's environment.
 //
 // Rank and size come from RANK/WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK/SIZE (OpenMPI's mpirun),
 // PMI_RANK/PMI_SIZE (MPICH, Slurm's PMI) or SLURM_PROCID/SLURM_NTASKS. LOCAL_RANK/LOCAL_WORLD_SIZE
@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "../comm/communicator.hpp"
-#include "unique_id.hpp"
+#include "../bootstrap/unique_id.hpp"
 
 namespace braid {
 
