@@ -3,10 +3,10 @@
 //   braid-bench [collective|all] [flags]          (braid-bench --help for the flags)
 //
 // The method (timing, checking, output) is described in bench/bench.hpp; this file holds the command
-// line and starts the ranks (threads, or processes through tests/support/fork_ranks.hpp).
+// line and starts the ranks (threads, or processes through braid::fork_ranks).
 #include "bench.hpp"
 
-#include <support/fork_ranks.hpp>
+#include <braid/launch/fork.hpp>
 
 #include <sched.h>
 
@@ -372,7 +372,7 @@ int main(int argc, char** argv) {
     return status.load();
   }
 
-  const std::vector<int> st = braid::testing::fork_ranks(
+  const std::vector<int> st = braid::fork_ranks(
       cfg.nranks,
       [&](int rank, const braid::unique_id& id) {
         bind_rank(cfg, rank);

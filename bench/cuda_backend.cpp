@@ -21,7 +21,7 @@
 #include "cuda/launch.hpp"
 #include "cuda/launch_procs.hpp"
 
-#include <support/fork_ranks.hpp>
+#include <braid/launch/fork.hpp>
 
 #include <algorithm>
 #include <functional>
@@ -636,7 +636,7 @@ int run_cuda_procs(const config& cfg, std::chrono::nanoseconds timeout, bool ncc
   namespace gp = braid::gpu_procs;
   const int n = cfg.nranks;
   // Fork first: the parent must not initialise CUDA.
-  const std::vector<int> st = braid::testing::fork_ranks(
+  const std::vector<int> st = braid::fork_ranks(
       n,
       [&](int r, const braid::unique_id& id) {
         const int ndev = gp::device_count();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "launch/env.hpp"
+#include "launch/fork.hpp"
 #include "launch/threads.hpp"
 #include "bootstrap/unique_id.hpp"
 #include "comm/communicator.hpp"
