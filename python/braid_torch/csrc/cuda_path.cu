@@ -1,5 +1,6 @@
 // The collectives of CUDA tensors over braid::cuda::process_communicator (see cuda_path.hpp).
 #include "cuda_path.hpp"
+#include "dispatch.hpp"
 
 #include <stdexcept>
 #include <string>
@@ -28,28 +29,17 @@ std::shared_ptr<group> join(braid::communicator host, int device, std::chrono::m
 
 namespace {
 
-template <class T, class F> void with_op(reduction r, F&& f) {
-  switch (r) {
-  case reduction::sum: return f(static_cast<T*>(nullptr), braid::sum<>{});
-  case reduction::avg: return f(static_cast<T*>(nullptr), braid::avg<>{});
-  case reduction::prod: return f(static_cast<T*>(nullptr), braid::prod<>{});
-  case reduction::min: return f(static_cast<T*>(nullptr), braid::min<>{});
-  case reduction::max: return f(static_cast<T*>(nullptr), braid::max<>{});
-  default: break;
-  }
-  throw std::logic_error(std::string("braid: internal error: ") + name(r) + " reached the device path");
-}
-
 // f(T*, Op) for the types and operators the device path instantiates (serves()).
 template <class F> void with_type_op(const reduce_plan& p, F&& f) {
+  using detail::with_op;
   switch (p.type) {
-  case braid::dtype::float32: return with_op<float>(p.op, f);
-  case braid::dtype::float64: return with_op<double>(p.op, f);
-  case braid::dtype::float16: return with_op<braid::half>(p.op, f);
-  case braid::dtype::bfloat16: return with_op<braid::bfloat16>(p.op, f);
-  case braid::dtype::int32: return with_op<std::int32_t>(p.op, f);
-  case braid::dtype::int64: return with_op<std::int64_t>(p.op, f);
-  case braid::dtype::uint8: return with_op<std::uint8_t>(p.op, f);
+  case braid::dtype::float32: return with_op<float, false>(p.op, f);
+  case braid::dtype::float64: return with_op<double, false>(p.op, f);
+  case braid::dtype::float16: return with_op<braid::half, false>(p.op, f);
+  case braid::dtype::bfloat16: return with_op<braid::bfloat16, false>(p.op, f);
+  case braid::dtype::int32: return with_op<std::int32_t, false>(p.op, f);
+  case braid::dtype::int64: return with_op<std::int64_t, false>(p.op, f);
+  case braid::dtype::uint8: return with_op<std::uint8_t, false>(p.op, f);
   default: break;
   }
   throw std::logic_error("braid: internal error: a type the device path does not serve reached it");

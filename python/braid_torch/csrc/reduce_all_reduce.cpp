@@ -1,5 +1,6 @@
 // The typed all_reduce: one instantiation of braid::communicator::all_reduce per type and operator.
 #include "dispatch.hpp"
+#include "types.hpp"
 
 namespace braid_torch {
 

@@ -1,6 +1,7 @@
 // The step between hosts: every host's partial result, reduced in host order in the accumulator type,
 // so every host computes the same bits from the same blocks.
 #include "dispatch.hpp"
+#include "types.hpp"
 
 namespace braid_torch {
 

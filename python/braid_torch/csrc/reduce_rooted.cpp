@@ -1,5 +1,6 @@
 // The typed reduce and reduce_scatter.
 #include "dispatch.hpp"
+#include "types.hpp"
 
 namespace braid_torch {
 
