@@ -3,10 +3,12 @@
 # algorithm with checking on (#wrong must be 0): on CUDA (one process, and all_reduce with ranks as
 # processes) when a GPU is present, and on
 # the CPU (ranks as threads and as processes) always; then the Fashion-MNIST trainer briefly.
-# Usage: scripts/bench.sh [build-dir]
+# Usage: scripts/bench.sh [build-dir]   (default build-bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${1:-build}
+# A build folder of its own: its cache says BRAID_BUILD_TESTS=OFF, which must not reach the folder
+# scripts/test.sh builds and runs the tests from.
+build=${1:-build-bench}
 bash scripts/deps.sh
 export PATH="$PATH:/usr/local/cuda/bin"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBRAID_BUILD_TESTS=OFF >/dev/null
