@@ -16,8 +16,9 @@
 #      1 epoch on 4096 images, batch 128: bench/vs-pytorch.sh's settings), its images/s beside the
 #      PyTorch figure of the same model and settings read from a bench/vs-pytorch.sh log ($PYTORCH_LOG).
 #      The CUDA trainer (resnet_fmnist_cuda) beside PyTorch on GPUs is bench/gpu-train.sh.
-# Wall time on a 2-vCPU VM (Xeon, 2026-12-02, no GPU): 86 s of runs once built (two runs: 86 and 114 s, the second installing matplotlib); the first build
-# of build-bench about 3 min (3 of its 16 steps are nvcc compiles where a CUDA toolkit is present).
+# Wall time on a 2-vCPU VM (Xeon, 2026-12-02, no GPU): 86 and 114 s for two runs once built (the
+# second installing matplotlib); the first build of build-bench about 3 min (3 of its 16 steps are
+# nvcc compiles where a CUDA toolkit is present).
 # Usage: scripts/bench.sh [build-dir]          (default: build-bench)
 # Environment: PYTORCH_LOG (default bench/results/vs-pytorch-quiet-2026-11-26-cpu.txt), BENCH_JOBS
 # (build jobs, default nproc), BRAID_TORCH=0 skips step 3.
