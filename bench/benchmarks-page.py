@@ -84,6 +84,11 @@ def md_table(header, rows, align=None):
     return out
 
 
+def matched_rows(lines, pattern):
+    """The groups of every line that matches `pattern`, in order: a table's rows read from a log."""
+    return [list(m.groups()) for m in (re.match(pattern, line) for line in lines) if m]
+
+
 def header_lines(lines, limit=12):
     """The log's leading comment lines (what it says about itself), verbatim."""
     out = []
@@ -435,11 +440,7 @@ def cpu_torch(mach, names):
         n = latest(ddp)
         lines = read(n)
         out += ["#### DDP ResNet-20", ""] + quote(header_lines(lines, 3)) + [""]
-        rows = []
-        for line in lines:
-            m = re.match(r"^run (\d+)\s+(\w+): images/s\s+([\d.]+)\s+step\s+([\d.]+) ms\s+loss (\S+) -> (\S+)\s+(.*?)\s+load1 ([\d.]+)", line)
-            if m:
-                rows.append(list(m.groups()))
+        rows = matched_rows(lines, r"^run (\d+)\s+(\w+): images/s\s+([\d.]+)\s+step\s+([\d.]+) ms\s+loss (\S+) -> (\S+)\s+(.*?)\s+load1 ([\d.]+)")
         out += md_table(["run", "backend", "images/s", "step ms", "loss first", "loss last", "check", "load1"],
                         rows, ["---:", "---", "---:", "---:", "---:", "---:", "---", "---:"])
         out += ["", "Summary lines of %s:" % link(n), "", "```"]
@@ -449,11 +450,7 @@ def cpu_torch(mach, names):
         n = latest(floor)
         lines = read(n)
         out += ["#### One small call (world 1)", ""] + quote(header_lines(lines, 2)) + [""]
-        rows = []
-        for line in lines:
-            m = re.match(r"^(\w+)\s+world (\d+), (\d+ B) all_reduce:\s+([\d.]+) us per call", line)
-            if m:
-                rows.append(list(m.groups()))
+        rows = matched_rows(lines, r"^(\w+)\s+world (\d+), (\d+ B) all_reduce:\s+([\d.]+) us per call")
         out += md_table(["backend", "world", "size", "µs per call"], rows, ["---", "---:", "---:", "---:"])
         out += ["", "Log: %s." % link(n), ""]
     return out
@@ -520,11 +517,7 @@ def h200_training():
         rel = d + "/8-bn-im2col-ab.txt"
         if os.path.exists(os.path.join(RESULTS, rel)):
             lines = read(rel)
-            rows = []
-            for line in lines:
-                m = re.match(r"^pass (\d+) (old|new): .*images/s ([\d.]+), test accuracy ([\d.]+%)", line)
-                if m:
-                    rows.append(list(m.groups()))
+            rows = matched_rows(lines, r"^pass (\d+) (old|new): .*images/s ([\d.]+), test accuracy ([\d.]+%)")
             out += ["### braid's trainer, old and new build interleaved (no PyTorch run beside it)", ""]
             out += quote([l.strip() for l in lines[:4]]) + [""]
             out += md_table(["pass", "build", "images/s", "test accuracy"], rows, ["---:", "---", "---:", "---:"])
