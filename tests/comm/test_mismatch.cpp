@@ -634,6 +634,11 @@ TEST_CASE("mismatch outside debug mode: all_reduce of 100000 against 120000 floa
       INFO("rank " << r << ": " << v[r].what);
       CHECK(v[r].code == static_cast<int>(braid::errc::mismatch));
       CHECK(std::string(v[r].what).find("mismatched calls") != std::string::npos);
+      // The rank that saw the mismatch describes its own call: this very all_reduce of floats.
+      const std::string w = v[r].what;
+      CHECK(w.find("called all_reduce") != std::string::npos);
+      CHECK(w.find("float") != std::string::npos);
+      CHECK((w.find("count 100000") != std::string::npos || w.find("count 120000") != std::string::npos));
     }
   }
 }

@@ -591,10 +591,12 @@ private:
       raise(errc::unsupported, "staging memory (options::staging_bytes) too small for " + std::string(name(a)) +
                                    " with " + std::to_string(n) + " ranks and " + std::to_string(sizeof(T)) + "-byte elements", p.cx.ctx);
     guarded(p, [&] {
+      // The call's description: compared across ranks in full in debug mode, and always through the
+      // call word that each round publishes with its progress word (host::rank_context::begin_rounds).
+      // It lives as long as the call: the context keeps its address for a mismatch's message.
+      std::array<std::uint64_t, 4> fp{};
       if (n > 1) {
-        // The call's description: compared across ranks in full in debug mode, and always through the
-        // call word that each round publishes with its progress word (host::rank_context::begin_rounds).
-        const std::array<std::uint64_t, 4> fp = detail::describe_call<T, Op>(c, a, std::uint64_t{count}, root, ++p.collectives);
+        fp = detail::describe_call<T, Op>(c, a, std::uint64_t{count}, root, ++p.collectives);
         if (p.opts.debug) check_fingerprint(p, fp);
         p.cx.begin_rounds(fp);
       }
