@@ -53,12 +53,9 @@ fi
 
 # The packed binaries and NCCL, as gpu-prebuilt.sh run lays them out.
 bench_bin="$dir/build-gpu-check/bench/braid-bench"
-export LD_LIBRARY_PATH="$dir/lib:${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-if [ -f "$dir/nccl/libnccl.so.2.gz" ]; then
-  export NCCL_HOME=${TMPDIR:-/tmp}/braid-nccl
-  mkdir -p "$NCCL_HOME/lib" && gunzip -c "$dir/nccl/libnccl.so.2.gz" >"$NCCL_HOME/lib/libnccl.so.2"
-  export LD_LIBRARY_PATH="$NCCL_HOME/lib:$LD_LIBRARY_PATH"
-fi
+# shellcheck source=gpu-prebuilt.sh
+GPU_PREBUILT_SOURCED=1 . "$repo/bench/gpu-prebuilt.sh"
+pack_env "$dir" >>"$log"
 sizes=(-d float -o sum -b 8 -e 256M -f 4 -n 20 -w 5 -c 1 --enqueue-time)
 
 if want nccl; then

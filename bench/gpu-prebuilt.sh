@@ -28,6 +28,19 @@
 #       There: `BIN_DIR=DIR/train LD_LIBRARY_PATH=DIR/lib:... bench/gpu-train.sh` (bench/gpu-train.sh).
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+# The libraries of pack DIR on the loader's path, and its NCCL unpacked and named in NCCL_HOME (the
+# machine's own, e.g. a PyTorch wheel's, is never picked up). bench/gpu-plan.sh sources this file for
+# it (GPU_PREBUILT_SOURCED=1): nothing below the function runs then.
+pack_env() {
+  export LD_LIBRARY_PATH="$1/lib:${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  if [ -f "$1/nccl/libnccl.so.2.gz" ]; then
+    export NCCL_HOME=${TMPDIR:-/tmp}/braid-nccl
+    mkdir -p "$NCCL_HOME/lib" && gunzip -c "$1/nccl/libnccl.so.2.gz" >"$NCCL_HOME/lib/libnccl.so.2" || return 1
+    export LD_LIBRARY_PATH="$NCCL_HOME/lib:$LD_LIBRARY_PATH"
+    echo "gpu-prebuilt: NCCL $(cat "$1/nccl/version") from the pack at $NCCL_HOME"
+  fi
+}
+[ "${GPU_PREBUILT_SOURCED:-}" = 1 ] && return 0
 cd "$repo" || exit 2
 verb=${1:-}
 case "$verb" in
@@ -103,14 +116,7 @@ run)
     echo "gpu-prebuilt: $repo/build-gpu-check exists and is not the packed tree; move it away"
     exit 2
   fi
-  export LD_LIBRARY_PATH="$dir/lib:${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  if [ -f "$dir/nccl/libnccl.so.2.gz" ]; then
-    # The packed NCCL, named explicitly: the machine's own (e.g. a PyTorch wheel's) is never picked up.
-    export NCCL_HOME=${TMPDIR:-/tmp}/braid-nccl
-    mkdir -p "$NCCL_HOME/lib" && gunzip -c "$dir/nccl/libnccl.so.2.gz" >"$NCCL_HOME/lib/libnccl.so.2" || exit 2
-    export LD_LIBRARY_PATH="$NCCL_HOME/lib:$LD_LIBRARY_PATH"
-    echo "gpu-prebuilt: NCCL $(cat "$dir/nccl/version") from the pack at $NCCL_HOME"
-  fi
+  pack_env "$dir" || exit 2
   export PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin"
   missing=$(ldd "$repo"/build-gpu-check/tests/cuda/test_gpu "$repo"/build-gpu-check/bench/braid-* 2>/dev/null | grep "not found")
   [ -n "$missing" ] && echo "gpu-prebuilt: missing libraries: $missing"

@@ -85,8 +85,6 @@ braid::options braid_options(std::chrono::milliseconds timeout, bool small) {
   return o;
 }
 
-static std::string id_bytes(const braid::unique_id& id) { return id.to_string(); }
-
 // Waits for `key` by polling: a blocking Store::wait holds the store's connection, so another thread
 // of this process (a channel publishing its id) could not reach the store until it returned.
 std::vector<uint8_t> await_key(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key, std::chrono::milliseconds timeout,
@@ -100,6 +98,20 @@ std::vector<uint8_t> await_key(const c10::intrusive_ptr<c10d::Store>& store, con
     pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(5));
   }
   return store->get(key);
+}
+
+braid::communicator join_through_store(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key, int rank, int size,
+                                       const braid::options& o, std::chrono::milliseconds timeout, const std::string& what) {
+  if (rank == 0) {
+    const auto id = braid::unique_id::generate();
+    if (size > 1) {
+      const std::string s = id.to_string();
+      store->set(key, std::vector<uint8_t>(s.begin(), s.end()));
+    }
+    return braid::communicator::join(id, 0, size, o);
+  }
+  const auto v = await_key(store, key, timeout, what);
+  return braid::communicator::join(braid::unique_id::parse(std::string(v.begin(), v.end())), rank, size, o);
 }
 
 host_map host_map::make(std::vector<int> host_of) {
@@ -119,16 +131,7 @@ public:
   channel(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key, bool sender, std::chrono::milliseconds timeout) {
     runner_.post([this, store, key, sender, timeout] {
       try {
-        const braid::options o = braid_options(timeout, true);
-        if (sender) {
-          const auto id = braid::unique_id::generate();
-          const std::string s = id_bytes(id);
-          store->set(key, std::vector<uint8_t>(s.begin(), s.end()));
-          comm_ = braid::communicator::join(id, 0, 2, o);
-        } else {
-          const auto v = await_key(store, key, timeout, "connecting a send/recv channel");
-          comm_ = braid::communicator::join(braid::unique_id::parse(std::string(v.begin(), v.end())), 1, 2, o);
-        }
+        comm_ = join_through_store(store, key, sender ? 0 : 1, 2, braid_options(timeout, true), timeout, "connecting a send/recv channel");
       } catch (...) {
         failure_ = std::current_exception();
       }
@@ -176,16 +179,8 @@ backend::backend(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std:
   if (const char* a = std::getenv("BRAID_ANY_SOURCE"); a && *a && std::string(a) != "0") any_source_ = true;
   const std::string key = "braid/uid/" + std::to_string(host_);
   try {
-    const braid::options o = braid_options(timeout_, false);
-    if (local_rank_ == 0) {
-      const auto id = braid::unique_id::generate();
-      const std::string s = id_bytes(id);
-      if (local_size_ > 1) store_->set(key, std::vector<uint8_t>(s.begin(), s.end()));
-      local_ = braid::communicator::join(id, 0, local_size_, o);
-    } else {
-      const auto v = await_key(store_, key, timeout_, "joining the ranks of host " + std::to_string(host_));
-      local_ = braid::communicator::join(braid::unique_id::parse(std::string(v.begin(), v.end())), local_rank_, local_size_, o);
-    }
+    local_ = join_through_store(store_, key, local_rank_, local_size_, braid_options(timeout_, false), timeout_,
+                                "joining the ranks of host " + std::to_string(host_));
   } catch (const braid::error& e) {
     C10_THROW_ERROR(DistBackendError, std::string("braid: rank ") + std::to_string(rank) + " could not join its host's " +
                                           std::to_string(local_size_) + " ranks: " + e.what());

@@ -62,6 +62,11 @@ braid::options braid_options(std::chrono::milliseconds timeout, bool small);
 std::vector<uint8_t> await_key(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key, std::chrono::milliseconds timeout,
                                const std::string& what);
 
+// Joins rank `rank` of `size`: rank 0 generates a braid::unique_id and publishes it under `key`
+// (when there are other ranks), the others wait for it (await_key, naming `what`).
+braid::communicator join_through_store(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key, int rank, int size,
+                                       const braid::options& o, std::chrono::milliseconds timeout, const std::string& what);
+
 class channel;
 namespace gpu {
 class group;

@@ -7,8 +7,6 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include <braid/bootstrap/unique_id.hpp>
-
 #include "cuda_path.hpp"
 
 namespace braid_torch {
@@ -53,18 +51,9 @@ c10::intrusive_ptr<c10d::Work> backend::submit_cuda(c10d::OpType type, const cha
       if (!g) {
         // The group's first CUDA operation: every rank of the host joins here, in the same call.
         const std::string key = "braid/cuda-uid/" + std::to_string(host_);
-        const braid::options o = braid_options(timeout_, false);
-        braid::communicator host;
-        if (local_rank_ == 0) {
-          const auto id = braid::unique_id::generate();
-          const std::string s = id.to_string();
-          if (local_size_ > 1) store_->set(key, std::vector<uint8_t>(s.begin(), s.end()));
-          host = braid::communicator::join(id, 0, local_size_, o);
-        } else {
-          const auto v = await_key(store_, key, timeout_, "joining the CUDA ranks of host " + std::to_string(host_));
-          host = braid::communicator::join(braid::unique_id::parse(std::string(v.begin(), v.end())), local_rank_, local_size_, o);
-        }
-        g = gpu::join(std::move(host), dev, timeout_);
+        g = gpu::join(join_through_store(store_, key, local_rank_, local_size_, braid_options(timeout_, false), timeout_,
+                                         "joining the CUDA ranks of host " + std::to_string(host_)),
+                      dev, timeout_);
         std::lock_guard<std::mutex> lk(st->m);
         st->group = g;
       }

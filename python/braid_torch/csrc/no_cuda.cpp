@@ -3,6 +3,8 @@
 #include "backend.hpp"
 #include "cuda_path.hpp"
 
+#include <stdexcept>
+
 namespace braid_torch {
 
 struct backend::cuda_state {};
@@ -18,13 +20,15 @@ void backend::cuda_abort() noexcept {}
 void backend::cuda_close() noexcept {}
 
 namespace gpu {
+// Never reached: without CUDA no medium has a device (device_of() refuses CUDA tensors first).
+[[noreturn]] static void unbuilt() { throw std::logic_error("braid: internal error: the device path was reached in a build without CUDA"); }
 class group {};
 bool serves(const reduce_plan&) { return false; }
-void all_reduce(group&, const reduce_plan&, const void*, void*, void*) {}
-void reduce(group&, const reduce_plan&, const void*, void*, int, void*) {}
-void reduce_scatter(group&, const reduce_plan&, const void*, void*, void*) {}
-void broadcast(group&, void*, std::size_t, int, void*) {}
-void all_gather(group&, const void*, void*, std::size_t, void*) {}
+void all_reduce(group&, const reduce_plan&, const void*, void*, void*) { unbuilt(); }
+void reduce(group&, const reduce_plan&, const void*, void*, int, void*) { unbuilt(); }
+void reduce_scatter(group&, const reduce_plan&, const void*, void*, void*) { unbuilt(); }
+void broadcast(group&, void*, std::size_t, int, void*) { unbuilt(); }
+void all_gather(group&, const void*, void*, std::size_t, void*) { unbuilt(); }
 } // namespace gpu
 
 } // namespace braid_torch
