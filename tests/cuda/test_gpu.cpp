@@ -884,6 +884,7 @@ TEST_CASE("gpu stalled rank: a call on a shared GPU raises, a kernel on its own 
       } catch (const braid::timeout_error& e) {
         MESSAGE("rank " << n - 1 << "'s next call: " << std::string(e.what()));
         CHECK(std::string(e.what()).find("for the other ranks of its GPU") != std::string::npos);
+        CHECK(std::string(e.what()).find("group_start()") != std::string::npos); // the rule, here too
         CHECK(e.rank() == 0);
         CHECK(e.collective() == "all_reduce");
         CHECK(e.sequence() == 1);
@@ -953,6 +954,65 @@ TEST_CASE("gpu one thread, several ranks of a GPU, no bracket: a clear error at 
   CHECK_MESSAGE(raised, "no error");
   CHECK(std::chrono::steady_clock::now() - t0 < 5s);
   expect_working_all_reduce(*g, count);
+}
+
+// The same mistake on a group's first call: nothing has been called, so the missing ranks are taken
+// for the thread that created the group after a grace of 5 s (launcher.cuh's grace_before_first_call), not
+// the timeout (60 s here). A rank with a thread of its own that starts within that time still works.
+TEST_CASE("gpu one thread, the group's first call without a bracket: a clear error after the grace, not the timeout") {
+  const int n = 2;
+  const std::size_t count = 100;
+  const std::vector<int> devs(static_cast<std::size_t>(n), 0);
+  {
+    auto g = gt::make_group(devs, 60s, 0, sweep_threads());
+    float_buffers b(n, count, devs);
+    const auto t0 = std::chrono::steady_clock::now();
+    bool raised = false;
+    try {
+      gt::enqueue(*g, 0, float_all_reduce(b.in[0], b.out[0], count));
+    } catch (const braid::error& e) {
+      raised = true;
+      CHECK(e.code() == errc::invalid_usage);
+      MESSAGE(std::string(e.what()));
+      CHECK(std::string(e.what()).find("which have made no call") != std::string::npos);
+      CHECK(std::string(e.what()).find("group_start()") != std::string::npos);
+    }
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    MESSAGE("raised after " << waited << " s");
+    CHECK_MESSAGE(raised, "no error");
+    CHECK(waited >= 4.5);
+    CHECK(waited < 30.0);
+    CHECK(cudaStreamQuery(stream_of(*g, 0)) == cudaSuccess); // nothing was launched
+    expect_working_all_reduce(*g, count);                     // undone: the group stays usable
+  }
+  {
+    // The creating thread drives rank 0; rank 1's own thread makes its first call 1.5 s later.
+    auto g = gt::make_group(devs, 60s, 0, sweep_threads());
+    float_buffers b(n, count, devs);
+    upload_inputs(b, 0, false);
+    std::string late_error;
+    std::thread late([&] {
+      std::this_thread::sleep_for(1500ms);
+      try {
+        gt::enqueue(*g, 1, float_all_reduce(b.in[1], b.out[1], count));
+      } catch (const std::exception& e) {
+        late_error = e.what();
+      }
+    });
+    std::string error;
+    try {
+      gt::enqueue(*g, 0, float_all_reduce(b.in[0], b.out[0], count));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    late.join();
+    CHECK(error == "");
+    CHECK(late_error == "");
+    for (int r = 0; r < n; ++r) GPU_OK(cudaStreamSynchronize(stream_of(*g, r)));
+    for (int r = 0; r < n; ++r) gt::check(*g, r);
+    std::string first;
+    CHECK_MESSAGE(count_wrong_sums(b, 0, first) == 0, first);
+  }
 }
 
 // Ranks of one GPU that disagree about a call: the call raises invalid_usage, and, since the ranks are

@@ -683,6 +683,7 @@ inline std::vector<communicator> create_group(const std::vector<int>& devices, c
     const std::size_t L = set->ranks.size();
     set->next_seq.assign(L, 0);
     set->last_thread.assign(L, 0);
+    set->creator = detail::this_thread_token();
     set->abort = g->abort;
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&set->chain, cudaEventDisableTiming));
   }

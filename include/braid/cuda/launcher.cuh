@@ -89,7 +89,8 @@ struct device_set {
   std::condition_variable cv;
   std::map<std::uint64_t, std::shared_ptr<pending_call>> calls;
   std::vector<std::uint64_t> next_seq;      // per local rank
-  std::vector<std::uint64_t> last_thread;   // per local rank: who made its latest call (this_thread_token())
+  std::vector<std::uint64_t> last_thread;   // per local rank: who made its latest call (this_thread_token()); 0: none yet
+  std::uint64_t creator = 0;                // the thread that created the group
   std::vector<cudaEvent_t> spare;           // events for pending calls' `ready`, reused once a launch has waited
   cudaEvent_t chain = nullptr;              // after the group's latest launch on this GPU (a replay included)
   cuda_detail::device_abort* abort = nullptr; // the group's
@@ -119,6 +120,18 @@ inline std::uint64_t this_thread_token() {
   static thread_local const std::uint64_t mine = next.fetch_add(1, std::memory_order_relaxed);
   return mine;
 }
+
+// The rule a thread that drives several ranks of one GPU breaks when it blocks in one rank's call;
+// every error of that mistake ends with it.
+inline constexpr const char* bracket_rule =
+    "the ranks of one GPU are launched together, so a thread that drives several of them must "
+    "enqueue their calls between braid::cuda::group_start() and group_end() (or in a group_scope)";
+
+// How long a call waits for the GPU's other ranks before it takes their absence for that mistake:
+// when their latest calls came from this thread, or when they have made none and this thread
+// created the group (longer: a rank's own thread may still be starting).
+inline constexpr std::chrono::seconds grace_after_own_calls{1};
+inline constexpr std::chrono::seconds grace_before_first_call{5};
 
 inline bool launch_blocking() {
   const char* lb = std::getenv("CUDA_LAUNCH_BLOCKING");
@@ -226,7 +239,7 @@ inline void raise_recorded(cuda_detail::device_abort* ab, const error_context& c
                                  : "";
     if (first.step == cuda_detail::fail_step::host_arrival) // the host waited for the GPU's other ranks to make the call
       raise(errc::timeout, "rank " + std::to_string(first.rank) + " waited more than the timeout for the other ranks of its GPU "
-                               "to make the call (nothing was launched); the group is stopped" + hint, c);
+                               "to make the call (nothing was launched; " + bracket_rule + "); the group is stopped" + hint, c);
     raise(errc::timeout, "rank " + std::to_string(first.rank) + " waited more than the timeout for rank " +
                              std::to_string(first.peer) + " at step " + std::to_string(first.step) + " on the " +
                              gpu::device_kind() + hint, c);
@@ -441,24 +454,30 @@ inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<devi
     return;
   }
   // Wait for the other ranks of this GPU, from their threads. A thread that drives them too would
-  // wait for itself: after a grace second, if every missing rank's latest call came from this thread,
-  // this arrival is undone and the call raises (the group stays usable). A rank that has never
-  // called is not known to be this thread's: then only the timeout ends the wait.
-  const std::string how = "the ranks of one GPU are launched together, so a thread that drives several of them must "
-                          "enqueue their calls between braid::cuda::group_start() and group_end() (or in a group_scope)";
+  // wait for itself: after a grace period, if every missing rank's latest call came from this thread
+  // (or it has made none and this thread created the group), this arrival is undone and the call
+  // raises (the group stays usable). Otherwise only the timeout ends the wait.
+  bool never_called = false;
   auto missing = [&](bool& all_mine) {
     std::string m;
     all_mine = true;
+    never_called = false;
     for (int li = 0; li < L; ++li)
       if (!c->here[static_cast<std::size_t>(li)]) {
         m += (m.empty() ? "" : ", ") + std::to_string(ds.ranks[static_cast<std::size_t>(li)]);
-        all_mine = all_mine && ds.last_thread[static_cast<std::size_t>(li)] == this_thread_token();
+        const std::uint64_t last = ds.last_thread[static_cast<std::size_t>(li)];
+        never_called = never_called || last == 0;
+        all_mine = all_mine && (last ? last : ds.creator) == this_thread_token();
       }
     return m;
   };
+  {
+    bool unused = false;
+    missing(unused); // sets never_called
+  }
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + timeout;
-  const auto grace = start + std::chrono::seconds(1);
+  const auto grace = start + (never_called ? grace_before_first_call : grace_after_own_calls);
   bool graced = false;
   while (!c->launched && c->failure.empty()) {
     const auto until = graced ? deadline : std::min(deadline, grace);
@@ -475,11 +494,16 @@ inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<devi
       --ds.next_seq[me];
       if (c->arrived == 0) ds.calls.erase(seq);
       raise(errc::invalid_usage, "rank " + std::to_string(rank) + " would wait for rank(s) " + who + " on GPU " +
-                                     std::to_string(ds.device) + ", whose latest calls came from this same thread: " + how,
+                                     std::to_string(ds.device) +
+                                     (never_called ? ", which have made no call " + std::to_string(grace_before_first_call.count()) +
+                                                         " s after this one while this thread created the group (if a thread of "
+                                                         "their own drives them, it has not reached the group's first call yet): "
+                                                   : ", whose latest calls came from this same thread: ") +
+                                     bracket_rule,
             ctx);
     }
     c->failure = "rank " + std::to_string(rank) + " waited more than the timeout for rank(s) " + who + " (" + which +
-                 ") to make the call (" + how + ")";
+                 ") to make the call (" + bracket_rule + ")";
     c->failure_code = errc::timeout;
     ds.calls.erase(seq);
     give_back_locked(ds, *c);
