@@ -6,7 +6,7 @@
 # checks; if either fails, this goes on and those tests fail.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pkgs=(cmake ninja-build g++ doctest-dev libbenchmark-dev libopenblas-dev libdnnl-dev zlib1g-dev dataset-fashion-mnist clang libclang-rt-14-dev openmpi-bin libopenmpi-dev "$@")
+pkgs=(cmake ninja-build g++ universal-ctags doctest-dev libbenchmark-dev libopenblas-dev libdnnl-dev zlib1g-dev dataset-fashion-mnist clang libclang-rt-14-dev openmpi-bin libopenmpi-dev "$@")
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || [ -n "${CUDACXX:-}" ]; then
   pkgs+=(python3 python3-pip) # the static kernel checks and their tools
 fi
