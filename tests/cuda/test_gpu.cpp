@@ -932,6 +932,29 @@ TEST_CASE("gpu stalled rank: a call on a shared GPU raises, a kernel on its own 
   }
 }
 
+// Rank 0's float all_reduce from this thread, without a bracket, while the GPU's other ranks have not
+// called: checks that it raises invalid_usage naming `why` and the bracket rule; returns the seconds
+// it waited.
+static double unbracketed_call_raises(gt::group& g, std::size_t count, const char* why) {
+  const std::vector<int> devs(static_cast<std::size_t>(gt::size(g)), 0);
+  float_buffers b(gt::size(g), count, devs);
+  const auto t0 = std::chrono::steady_clock::now();
+  bool raised = false;
+  try {
+    gt::enqueue(g, 0, float_all_reduce(b.in[0], b.out[0], count));
+  } catch (const braid::error& e) {
+    raised = true;
+    CHECK(e.code() == errc::invalid_usage);
+    MESSAGE(std::string(e.what()));
+    CHECK(std::string(e.what()).find(why) != std::string::npos);
+    CHECK(std::string(e.what()).find("group_start()") != std::string::npos);
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MESSAGE("raised after " << waited << " s");
+  CHECK_MESSAGE(raised, "no error");
+  return waited;
+}
+
 // One thread that drives several ranks of a GPU without a bracket: once it is known to drive them (its
 // earlier calls), the call raises at once and the group stays usable.
 TEST_CASE("gpu one thread, several ranks of a GPU, no bracket: a clear error at once, the group stays usable") {
@@ -940,19 +963,7 @@ TEST_CASE("gpu one thread, several ranks of a GPU, no bracket: a clear error at 
   const std::vector<int> devs(static_cast<std::size_t>(n), 0);
   auto g = gt::make_group(devs, 60s, 0, sweep_threads());
   expect_working_all_reduce(*g, count); // bracketed: this thread made every rank's latest call
-  float_buffers b(n, count, devs);
-  const auto t0 = std::chrono::steady_clock::now();
-  bool raised = false;
-  try {
-    gt::enqueue(*g, 0, float_all_reduce(b.in[0], b.out[0], count));
-  } catch (const braid::error& e) {
-    raised = true;
-    CHECK(e.code() == errc::invalid_usage);
-    MESSAGE(std::string(e.what()));
-    CHECK(std::string(e.what()).find("group_start()") != std::string::npos);
-  }
-  CHECK_MESSAGE(raised, "no error");
-  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  CHECK(unbracketed_call_raises(*g, count, "whose latest calls came from this same thread") < 5.0);
   expect_working_all_reduce(*g, count);
 }
 
@@ -965,21 +976,7 @@ TEST_CASE("gpu one thread, the group's first call without a bracket: a clear err
   const std::vector<int> devs(static_cast<std::size_t>(n), 0);
   {
     auto g = gt::make_group(devs, 60s, 0, sweep_threads());
-    float_buffers b(n, count, devs);
-    const auto t0 = std::chrono::steady_clock::now();
-    bool raised = false;
-    try {
-      gt::enqueue(*g, 0, float_all_reduce(b.in[0], b.out[0], count));
-    } catch (const braid::error& e) {
-      raised = true;
-      CHECK(e.code() == errc::invalid_usage);
-      MESSAGE(std::string(e.what()));
-      CHECK(std::string(e.what()).find("which have made no call") != std::string::npos);
-      CHECK(std::string(e.what()).find("group_start()") != std::string::npos);
-    }
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    MESSAGE("raised after " << waited << " s");
-    CHECK_MESSAGE(raised, "no error");
+    const double waited = unbracketed_call_raises(*g, count, "which have made no call");
     CHECK(waited >= 4.5);
     CHECK(waited < 30.0);
     CHECK(cudaStreamQuery(stream_of(*g, 0)) == cudaSuccess); // nothing was launched
