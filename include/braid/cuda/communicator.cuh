@@ -592,7 +592,6 @@ inline std::vector<communicator> create_group(const std::vector<int>& devices, c
   g->nranks = n;
   g->opts = o.base;
   g->threads = o.threads_per_block;
-  g->half_bytes = (o.base.staging_bytes / 2 + 4095) / 4096 * 4096;
   // Peer access between distinct GPUs.
   for (int a : devices)
     for (int b : devices) {
@@ -622,23 +621,15 @@ inline std::vector<communicator> create_group(const std::vector<int>& devices, c
                                  cudaHostAllocMapped | cudaHostAllocPortable));
   *g->abort = cuda_detail::device_abort{};
   g->ranks.resize(static_cast<std::size_t>(n));
-  const std::size_t ctrl = 4096 + (2 * (cuda_detail::max_steps + 2) + 1) * sizeof(cuda_detail::u64);
-  const std::size_t ctrl_aligned = (ctrl + 4095) / 4096 * 4096;
+  const cuda_detail::rank_segment layout = cuda_detail::rank_segment::make(o.base.staging_bytes);
+  g->half_bytes = layout.half_bytes;
   for (int r = 0; r < n; ++r) {
     auto& m = g->ranks[static_cast<std::size_t>(r)];
     m.device = devices[static_cast<std::size_t>(r)];
     cuda_detail::device_guard dg(m.device);
-    const std::size_t bytes = ctrl_aligned + 2 * g->half_bytes;
-    BRAID_CUDA_CHECK(cudaMalloc(&m.segment, bytes));
-    BRAID_CUDA_CHECK(cudaMemset(m.segment, 0, ctrl_aligned));
-    auto* base = static_cast<std::byte*>(m.segment);
-    m.view.progress = reinterpret_cast<cuda_detail::u64*>(base);
-    m.view.round = reinterpret_cast<cuda_detail::u64*>(base + 128);
-    m.view.in_desc = reinterpret_cast<cuda_detail::u64*>(base + 256);
-    m.view.call = reinterpret_cast<cuda_detail::u64*>(base + 288);
-    m.view.arrivals = reinterpret_cast<cuda_detail::u64*>(base + 4096);
-    m.view.half[0] = base + ctrl_aligned;
-    m.view.half[1] = base + ctrl_aligned + g->half_bytes;
+    BRAID_CUDA_CHECK(cudaMalloc(&m.segment, layout.bytes()));
+    BRAID_CUDA_CHECK(cudaMemset(m.segment, 0, layout.control_bytes));
+    m.view = layout.view(static_cast<std::byte*>(m.segment));
   }
   std::vector<cuda_detail::device_rank> views(static_cast<std::size_t>(n));
   for (int r = 0; r < n; ++r) views[static_cast<std::size_t>(r)] = g->ranks[static_cast<std::size_t>(r)].view;
@@ -668,9 +659,9 @@ inline std::vector<communicator> create_group(const std::vector<int>& devices, c
       set->index = static_cast<int>(g->sets.size());
       set->blocks_per_rank = static_cast<unsigned>(g->blocks);
       // The in-flight word and exit counter live in the control page of the GPU's first rank.
-      auto* ctl = static_cast<std::byte*>(g->ranks[static_cast<std::size_t>(r)].segment);
-      set->busy = reinterpret_cast<cuda_detail::u64*>(ctl + 512);
-      set->exits = reinterpret_cast<cuda_detail::u64*>(ctl + 640);
+      void* ctl = g->ranks[static_cast<std::size_t>(r)].segment;
+      set->busy = cuda_detail::rank_segment::word(ctl, cuda_detail::rank_segment::busy_at);
+      set->exits = cuda_detail::rank_segment::word(ctl, cuda_detail::rank_segment::exits_at);
       g->sets.push_back(set);
     }
     auto& set = *g->sets[static_cast<std::size_t>(k)];

@@ -13,6 +13,7 @@
 // (communicator::check()).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "../core/error.hpp"
@@ -35,6 +36,42 @@ struct device_rank {
   std::byte* half[2];  // staging halves
   u64* arrivals;       // [2][max_steps + 2] block arrival counters, then one exit counter (own rank only)
   u64* round;          // last round id used by this rank's kernels
+};
+
+// One rank's device memory for the collective kernel, the same in both CUDA communicators: a control
+// page, then two staging halves. The control page holds, at these byte offsets, the progress word,
+// the round counter, the input descriptors, the call words, the in-flight word and exit counter of
+// the launches on the rank's GPU (read on the GPU's first rank only), and from one page on the block
+// arrival counters. Each word that another GPU polls has a 128-byte line to itself.
+struct rank_segment {
+  static constexpr std::size_t progress_at = 0, round_at = 128, in_desc_at = 256, call_at = 288, busy_at = 512,
+                               exits_at = 640, arrivals_at = 4096;
+  std::size_t control_bytes = 0; // the control page, in whole 4 KiB pages
+  std::size_t half_bytes = 0;    // each staging half
+  std::size_t bytes() const { return control_bytes + 2 * half_bytes; }
+
+  // `staging_bytes` is both halves together, as options::staging_bytes; each half is rounded up to
+  // whole 4 KiB pages and is at least `min_half`.
+  static rank_segment make(std::size_t staging_bytes, std::size_t min_half = 0) {
+    const auto pages = [](std::size_t b) { return (b + 4095) / 4096 * 4096; };
+    rank_segment l;
+    l.control_bytes = pages(arrivals_at + (2 * (max_steps + 2) + 1) * sizeof(u64));
+    l.half_bytes = pages(staging_bytes / 2 > min_half ? staging_bytes / 2 : min_half);
+    return l;
+  }
+  // The kernel's view of a segment at `base` (this GPU's address of it).
+  device_rank view(std::byte* base) const {
+    device_rank v{};
+    v.progress = word(base, progress_at);
+    v.round = word(base, round_at);
+    v.in_desc = word(base, in_desc_at);
+    v.call = word(base, call_at);
+    v.arrivals = word(base, arrivals_at);
+    v.half[0] = base + control_bytes;
+    v.half[1] = base + control_bytes + half_bytes;
+    return v;
+  }
+  static u64* word(void* base, std::size_t at) { return reinterpret_cast<u64*>(static_cast<std::byte*>(base) + at); }
 };
 
 // An in-place call whose input is staged: this rank's blocks copy the input into the staging half

@@ -168,7 +168,7 @@ public:
         s.host.barrier(); // nobody uses a peer's memory before every rank has mapped everyone's
         return;
       }
-      s.half = ipc_detail::round_up(std::max<std::size_t>(o.staging_bytes / 2, 64 << 10), 4096);
+      s.half = cuda_detail::rank_segment::make(o.staging_bytes, ipc_detail::min_staging_half).half_bytes;
       int pitch = 0;
       BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&pitch, cudaDevAttrMaxPitch, device));
       s.max_pitch = static_cast<ipc_detail::u64>(static_cast<unsigned>(pitch));
@@ -476,11 +476,11 @@ private:
     BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, s.device));
     d->blocks = static_cast<unsigned>(std::max(1, std::min(sms / 2, s.opts.reduce_blocks > 0 ? s.opts.reduce_blocks : 16)));
     d->threads = static_cast<unsigned>(s.opts.threads);
-    d->half = ipc_detail::round_up(std::max<std::size_t>(s.opts.staging_bytes / 2, 64 << 10), 4096);
-    const u64 ctrl = ipc_detail::round_up(4096 + (2 * (cuda_detail::max_steps + 2) + 1) * sizeof(u64), 4096);
-    const u64 bytes = ctrl + 2 * d->half;
+    const cuda_detail::rank_segment layout = cuda_detail::rank_segment::make(s.opts.staging_bytes, ipc_detail::min_staging_half);
+    d->half = layout.half_bytes;
+    const u64 bytes = layout.bytes();
     BRAID_CUDA_CHECK(cudaMalloc(&d->segment.p, bytes));
-    BRAID_CUDA_CHECK(cudaMemset(d->segment.p, 0, ctrl));
+    BRAID_CUDA_CHECK(cudaMemset(d->segment.p, 0, layout.control_bytes));
     BRAID_CUDA_CHECK(cudaDeviceSynchronize());
     const std::vector<ipc_detail::wire_region> all = exchange(s, ipc_detail::export_region(d->segment.p, bytes, s.device, ctx));
     std::vector<cuda_detail::device_rank> views(static_cast<std::size_t>(n));
@@ -490,14 +490,7 @@ private:
         raise(errc::mismatch, "rank " + std::to_string(q) + " has " + std::to_string(w.bytes) + " bytes of device-path memory, this rank " +
                                   std::to_string(bytes) + ": every rank must use the same staging_bytes", ctx);
       std::byte* base = q == r ? static_cast<std::byte*>(d->segment.p) : s.maps.map(q, w, s.device, ctx);
-      cuda_detail::device_rank& v = views[static_cast<std::size_t>(q)];
-      v.progress = reinterpret_cast<cuda_detail::u64*>(base);
-      v.round = reinterpret_cast<cuda_detail::u64*>(base + 128);
-      v.in_desc = reinterpret_cast<cuda_detail::u64*>(base + 256);
-      v.call = reinterpret_cast<cuda_detail::u64*>(base + 288);
-      v.arrivals = reinterpret_cast<cuda_detail::u64*>(base + 4096);
-      v.half[0] = base + ctrl;
-      v.half[1] = base + ctrl + d->half;
+      views[static_cast<std::size_t>(q)] = layout.view(base);
     }
     BRAID_CUDA_CHECK(cudaMalloc(&d->table.p, sizeof(cuda_detail::device_rank) * views.size()));
     BRAID_CUDA_CHECK(cudaMemcpy(d->table.p, views.data(), sizeof(cuda_detail::device_rank) * views.size(), cudaMemcpyHostToDevice));
@@ -562,8 +555,8 @@ private:
     set->index = r;
     set->ranks = {r};
     set->blocks_per_rank = d->blocks;
-    set->busy = reinterpret_cast<cuda_detail::u64*>(static_cast<std::byte*>(d->segment.p) + 512);
-    set->exits = reinterpret_cast<cuda_detail::u64*>(static_cast<std::byte*>(d->segment.p) + 640);
+    set->busy = cuda_detail::rank_segment::word(d->segment.p, cuda_detail::rank_segment::busy_at);
+    set->exits = cuda_detail::rank_segment::word(d->segment.p, cuda_detail::rank_segment::exits_at);
     set->next_seq.assign(1, 0);
     set->last_thread.assign(1, 0);
     set->abort = d->abort.rec();

@@ -85,6 +85,10 @@ struct process_stats {
 
 namespace ipc_detail {
 
+// Each of a process rank's two staging halves (host path and device path alike) holds at least this
+// much, whatever process_options::staging_bytes says.
+inline constexpr std::size_t min_staging_half = std::size_t{64} << 10;
+
 struct registration {
   bool live = true;
   std::uintptr_t mine = 0;
