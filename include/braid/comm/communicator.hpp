@@ -49,7 +49,11 @@
 #include "../transport/host/p2p.hpp"
 #include "../transport/host/registry.hpp"
 #include "../transport/host/segment.hpp"
+#include "fingerprint.hpp"
 #include "options.hpp"
+#include "registration.hpp"
+#include "sendrecv.hpp"
+#include "state.hpp"
 #include "tuning.hpp"
 #include "validate.hpp"
 
@@ -213,7 +217,7 @@ public:
       if (p.cx.nranks == 1) return;
       const std::array<std::uint64_t, 4> fp{static_cast<std::uint64_t>(collective::barrier) | std::uint64_t{0xffffff} << 8, 0, 0,
                                             ++p.collectives};
-      if (p.opts.debug) check_fingerprint(p, fp);
+      if (p.opts.debug) detail::check_fingerprint(p, fp);
       p.cx.begin_rounds(fp);
       host::run_barrier(p.cx);
     });
@@ -224,13 +228,13 @@ public:
     busy_guard g(live());
     impl& p = enter(g.p, "send");
     check_p2p<T>(p, data, count, peer, "send");
-    guarded(p, [&] { do_sendrecv(p, data, count * sizeof(T), peer, nullptr, 0, -1); });
+    guarded(p, [&] { detail::do_sendrecv(p, data, count * sizeof(T), peer, nullptr, 0, -1); });
   }
   template <element T> void recv(T* data, std::size_t count, int peer) {
     busy_guard g(live());
     impl& p = enter(g.p, "recv");
     check_p2p<T>(p, data, count, peer, "recv");
-    guarded(p, [&] { do_sendrecv(p, nullptr, 0, -1, data, count * sizeof(T), peer); });
+    guarded(p, [&] { detail::do_sendrecv(p, nullptr, 0, -1, data, count * sizeof(T), peer); });
   }
   // Sends to one peer while receiving from another (or the same): the ring-exchange step that plain
   // blocking send/recv would deadlock on.
@@ -244,7 +248,7 @@ public:
     if (send_count && recv_count && detail::overlaps(send_data, send_count * sizeof(T), recv_data, recv_count * sizeof(T)))
       raise(errc::invalid_argument, "sendrecv: send and receive buffers overlap", p.cx.ctx);
     guarded(p, [&] {
-      do_sendrecv(p, send_data, send_count * sizeof(T), send_peer, recv_data, recv_count * sizeof(T), recv_peer);
+      detail::do_sendrecv(p, send_data, send_count * sizeof(T), send_peer, recv_data, recv_count * sizeof(T), recv_peer);
     });
   }
 
@@ -311,7 +315,7 @@ public:
     guarded(p, [&] {
       b.mem_ = host::mapped_memory::create_shared(bytes, "braid-buffer");
       const std::uint64_t id = p.reg->next_id();
-      exchange_registration(p, id, b.mem_);
+      detail::exchange_registration(p, id, b.mem_);
       p.reg->add_own(id, b.mem_.data(), count * sizeof(T));
       b.reg_ = p.reg;
       b.id_ = id;
@@ -321,169 +325,8 @@ public:
 
 private:
   friend class thread_group;
-  struct impl {
-    std::shared_ptr<host::mapped_memory> memory;
-    host::rank_context cx;
-    options opts;
-    std::uint64_t seq = 0;
-    std::uint64_t collectives = 0; // calls every rank makes (collectives, barrier): call words and debug fingerprints
-    bool failed = false;
-    std::string failure;
-    std::atomic<bool> busy{false};
-    host::p2p_state p2p;
-    std::shared_ptr<host::registry> reg;
-    std::vector<host::socket_fd> sockets; // processes: to rank 0 (or, on rank 0, to each peer)
-  };
+  using impl = detail::communicator_state;
   std::unique_ptr<impl> p_;
-
-  static void exchange_registration(impl& p, std::uint64_t id, const host::mapped_memory& mine) {
-    using namespace host::detail;
-    const int n = p.cx.nranks, r = p.cx.rank;
-    const auto deadline = clock::now() + p.opts.timeout;
-    std::vector<std::uint64_t> sizes(static_cast<std::size_t>(n), 0);
-    std::vector<int> fds(static_cast<std::size_t>(n), -1); // received descriptors, by rank
-    // Allocation ids each rank freed since its previous alloc (more than wire::max_freed wait for the next).
-    std::vector<std::vector<std::uint64_t>> freed(static_cast<std::size_t>(n));
-    freed[static_cast<std::size_t>(r)] = p.reg->take_freed(wire::max_freed);
-    auto close_all = [&] { for (int q = 0; q < n; ++q) if (q != r && fds[static_cast<std::size_t>(q)] >= 0) ::close(fds[static_cast<std::size_t>(q)]); };
-    // Errors on the socket to rank q: this rank, "alloc" and its sequence number, peer q.
-    auto with_peer = [&](int q) {
-      error_context c = p.cx.ctx;
-      c.peer = q;
-      return c;
-    };
-    // Every id rank q says it freed must be one of q's buffers that this rank maps.
-    auto check_freed = [&](int q, const std::vector<std::uint64_t>& ids) {
-      for (std::uint64_t f : ids)
-        if (!p.reg->maps_peer(f, q))
-          raise(errc::protocol, "alloc: rank " + std::to_string(q) + " announced freeing allocation " + std::to_string(f) +
-                                    ", which is not a buffer of that rank mapped here", with_peer(q));
-    };
-    sizes[static_cast<std::size_t>(r)] = mine.size();
-    fds[static_cast<std::size_t>(r)] = mine.fd();
-    try {
-      if (r == 0) {
-        for (int q = 1; q < n; ++q) {
-          std::vector<int> got;
-          auto offer = recv_message(p.sockets[static_cast<std::size_t>(q)].get(), wire::msg_type::reg_offer, &got, deadline,
-                                    with_peer(q), wire::parse_reg_offer);
-          if (got.size() != 1 || offer.alloc_id != id) {
-            for (int f : got) ::close(f);
-            raise(errc::mismatch, "alloc: rank " + std::to_string(q) + " is at a different allocation (calls to alloc must match on every rank)",
-                  with_peer(q));
-          }
-          fds[static_cast<std::size_t>(q)] = got[0];
-          sizes[static_cast<std::size_t>(q)] = offer.bytes;
-          check_freed(q, offer.freed);
-          freed[static_cast<std::size_t>(q)] = std::move(offer.freed);
-        }
-        const auto table = wire::encode_reg_table(wire::reg_table{id, sizes, freed});
-        for (int q = 1; q < n; ++q) {
-          std::vector<int> pass;
-          for (int k = 0; k < n; ++k) if (k != q) pass.push_back(fds[static_cast<std::size_t>(k)]);
-          send_all(p.sockets[static_cast<std::size_t>(q)].get(), table, pass, deadline, with_peer(q));
-        }
-      } else {
-        send_all(p.sockets[0].get(), wire::encode_reg_offer(wire::reg_offer{id, mine.size(), freed[static_cast<std::size_t>(r)]}),
-                 {mine.fd()}, deadline, with_peer(0));
-        std::vector<int> got;
-        auto t = recv_message(p.sockets[0].get(), wire::msg_type::reg_table, &got, deadline, with_peer(0), wire::parse_reg_table);
-        if (t.alloc_id != id || t.bytes.size() != static_cast<std::size_t>(n) || got.size() != static_cast<std::size_t>(n - 1) ||
-            t.freed[static_cast<std::size_t>(r)] != freed[static_cast<std::size_t>(r)]) {
-          for (int f : got) ::close(f);
-          raise(errc::protocol, "alloc: rank 0 sent a registration table that does not match this allocation", with_peer(0));
-        }
-        std::size_t k = 0;
-        for (int q = 0; q < n; ++q) if (q != r) fds[static_cast<std::size_t>(q)] = got[k++];
-        sizes = t.bytes;
-        for (int q = 0; q < n; ++q) if (q != r) check_freed(q, t.freed[static_cast<std::size_t>(q)]);
-        freed = std::move(t.freed);
-      }
-    } catch (const host::detail::peer_closed_error& e) {
-      close_all();
-      raise_closed_in_alloc(p, e);
-    } catch (...) {
-      close_all();
-      throw;
-    }
-    // The peers' freed buffers: unmapped here, between this rank's calls (see alloc).
-    for (int q = 0; q < n; ++q)
-      if (q != r)
-        for (std::uint64_t f : freed[static_cast<std::size_t>(q)]) p.reg->drop_peer(f, q);
-    std::vector<host::mapped_memory> maps(static_cast<std::size_t>(n));
-    try {
-      for (int q = 0; q < n; ++q) {
-        if (q == r) continue;
-        const int f = fds[static_cast<std::size_t>(q)];
-        fds[static_cast<std::size_t>(q)] = -1; // map_shared owns it now, on success and failure alike
-        maps[static_cast<std::size_t>(q)] = host::mapped_memory::map_shared(f, sizes[static_cast<std::size_t>(q)], false);
-      }
-    } catch (...) {
-      close_all(); // the descriptors of the peers not mapped yet
-      throw;
-    }
-    p.reg->set_peers(id, std::move(maps));
-  }
-
-  // How long alloc looks for the rank that died after a socket of its exchange closed (at most
-  // options::timeout): a process's socket closes a few microseconds before its pidfd becomes readable.
-  static constexpr std::chrono::milliseconds alloc_death_grace{1000};
-
-  // A socket of alloc's exchange closed (e: raise_peer_closed's error, peer() = the rank at its other
-  // end, q). The sockets form a star around rank 0, so q need not be the rank that died: rank 0 closes
-  // every socket when it fails because another rank died. Before raising, this rank looks at every
-  // peer, for at most alloc_death_grace (bounded by options::timeout), and raises:
-  //  * peer_failed naming the lowest rank whose process ended while its state word still said active
-  //    (it died without closing or failing), published like a death seen by a wait (fail_peer);
-  //  * if q closed its communicator (state left): e, the protocol_error it is;
-  //  * if q failed and a failure is published: that failure, as check_abort raises it (peer_failed
-  //    "rank W failed: ..." naming the publisher, or mismatch_error / aborted_error);
-  //  * if none of that is known in time: e, its message saying that q may only have relayed another
-  //    rank's failure.
-  [[noreturn]] static void raise_closed_in_alloc(impl& p, const host::detail::peer_closed_error& e) {
-    using clock = std::chrono::steady_clock;
-    const host::rank_context& cx = p.cx;
-    const int n = cx.nranks, r = cx.rank, q = e.peer();
-    const auto grace = std::min<std::chrono::nanoseconds>(p.opts.timeout, alloc_death_grace);
-    const auto until = clock::now() + grace;
-    const std::string how = e.sys_errno() ? std::string(std::strerror(e.sys_errno())) + " (errno " + std::to_string(e.sys_errno()) + ")"
-                                          : std::string("end of file");
-    for (;;) {
-      std::vector<int> dead;
-      for (int k = 0; k < n; ++k)
-        if (k != r && !cx.peer_gone(k) && !cx.peer_alive(k)) dead.push_back(k);
-      if (!dead.empty()) {
-        const int d = dead.front();
-        std::string m = "rank " + std::to_string(d) + " (pid " + std::to_string(cx.peer_pid[static_cast<std::size_t>(d)]) +
-                        ") died during alloc";
-        for (std::size_t i = 1; i < dead.size(); ++i) m += (i == 1 ? "; also dead: rank " : ", rank ") + std::to_string(dead[i]);
-        if (q == d) m += " (rank " + std::to_string(r) + " found its connection closed: " + how + ")";
-        else if (q >= 0) m += " (rank " + std::to_string(r) + " learnt it when rank " + std::to_string(q) + " closed the connection: " + how + ")";
-        error_context c = cx.ctx;
-        c.peer = d;
-        cx.publish_failure(errc::peer_failed, m);
-        raise(errc::peer_failed, m, c, {}, nullptr, 0, e.sys_errno());
-      }
-      if (q >= 0 && q < n) {
-        const auto st = static_cast<host::rank_state>(cx.seg.rank(q).state.load(std::memory_order_acquire));
-        if (st == host::rank_state::left) throw e;
-        if (st == host::rank_state::failed) cx.check_abort(q); // raises when a failure is published
-      }
-      const auto now = clock::now();
-      if (now >= until) break;
-      // Sleep until a peer's process ends (its pidfd becomes readable) or 1 ms passes.
-      std::vector<pollfd> fds;
-      for (int k = 0; k < n; ++k)
-        if (k != r && cx.peer_pidfd[static_cast<std::size_t>(k)] >= 0 && !cx.peer_gone(k))
-          fds.push_back(pollfd{cx.peer_pidfd[static_cast<std::size_t>(k)], POLLIN, 0});
-      if (fds.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      else (void)::poll(fds.data(), fds.size(), 1); // nfds_t is size_t on Linux (braid's only host OS)
-    }
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(grace).count();
-    raise(errc::protocol, e.message() + "; rank " + std::to_string(q) + " may only have relayed another rank's failure: no rank " +
-                              "was found dead within " + std::to_string(ms) + " ms", e.context(), e.call(), e.file(), e.line(),
-          e.sys_errno());
-  }
 
   impl& live() const {
     if (!p_) raise(errc::invalid_usage, "this communicator is empty (default-constructed, moved from or closed)");
@@ -597,7 +440,7 @@ private:
       std::array<std::uint64_t, 4> fp{};
       if (n > 1) {
         fp = detail::describe_call<T, Op>(c, a, std::uint64_t{count}, root, ++p.collectives);
-        if (p.opts.debug) check_fingerprint(p, fp);
+        if (p.opts.debug) detail::check_fingerprint(p, fp);
         p.cx.begin_rounds(fp);
       }
       if (n == 1) {
@@ -624,136 +467,6 @@ private:
     });
   }
 
-  // ---- debug mode (options::debug, BRAID_DEBUG=1): every rank checks every peer's call fingerprint ----
-  // fp = {collective | dtype << 8 | op << 16 | algorithm << 24 | sizeof(T) << 32, count, root + 1 (0 when
-  // the collective has none), number of this call among the calls every rank makes}.
-  static std::string describe_fingerprint(const std::array<std::uint64_t, 4>& fp) {
-    const auto c = static_cast<collective>(fp[0] & 0xff);
-    if (c == collective::barrier) return "barrier (collective call " + std::to_string(fp[3]) + ")";
-    const auto t = static_cast<dtype>((fp[0] >> 8) & 0xff);
-    const auto k = static_cast<op_kind>((fp[0] >> 16) & 0xff);
-    std::string s = std::string(name(c)) + " (collective call " + std::to_string(fp[3]) + "): " +
-                    (t == dtype::custom ? std::to_string(fp[0] >> 32) + "-byte custom type" : std::string(name(t)));
-    if (c == collective::all_reduce || c == collective::reduce || c == collective::reduce_scatter) s += ", " + std::string(name(k));
-    s += ", count " + std::to_string(fp[1]);
-    if (fp[2]) s += ", root " + std::to_string(fp[2] - 1);
-    s += ", algorithm " + std::string(name(static_cast<algo>((fp[0] >> 24) & 0xff)));
-    return s;
-  }
-
-  // Waits (bounded, like every wait) until a peer's fingerprint word reaches target. Another rank's
-  // published mismatch is raised here as a mismatch_error too, so that every rank reports the mismatch.
-  static void wait_fingerprint(impl& p, int q, const std::atomic<std::uint64_t>& word, std::uint64_t target) {
-    host::rank_context& cx = p.cx;
-    const auto start = std::chrono::steady_clock::now();
-    for (std::uint32_t spins = 0;; ++spins) {
-      if (word.load(std::memory_order_acquire) >= target) return;
-      if (spins % 64 != 63) {
-        BRAID_CPU_RELAX();
-        continue;
-      }
-      // A published failure: a mismatch found by another rank is raised as a mismatch here too.
-      auto published = [&] {
-        const std::uint64_t w = cx.seg.header().abort_word.load(std::memory_order_acquire);
-        if (!w) return;
-        if (static_cast<errc>((w >> 32) & 0x7fffffffu) == errc::mismatch) {
-          error_context e = cx.ctx;
-          e.peer = static_cast<int>(w & 0xffffffffu) - 1;
-          raise(errc::mismatch, "rank " + std::to_string(e.peer) + " found mismatched calls: " +
-                                    std::string(cx.seg.header().abort_message), e);
-        }
-        cx.check_abort(q);
-      };
-      if (cx.seg.header().abort_word.load(std::memory_order_acquire)) {
-        if (word.load(std::memory_order_acquire) >= target) return;
-        published();
-      }
-      if (!cx.peer_present(q)) {
-        // A rank that failed published its failure before it marked itself failed: read it again, so
-        // that a mismatch it found between the check above and this one is reported as one.
-        published();
-        cx.fail_peer(q);
-      }
-      if (std::chrono::steady_clock::now() - start > cx.timeout) cx.fail_timeout(q);
-      if (spins > 4096) {
-        const timespec ts{0, 50'000};
-        nanosleep(&ts, nullptr);
-      } else {
-        sched_yield();
-      }
-    }
-  }
-
-  // Publishes this call's fingerprint, waits for every peer's and compares; a difference raises
-  // mismatch_error naming both calls before any data moves. Returns once every peer compared too, so
-  // that no rank overwrites its fingerprint while a peer may still read it.
-  static void check_fingerprint(impl& p, const std::array<std::uint64_t, 4>& fp) {
-    host::rank_context& cx = p.cx;
-    const int n = cx.nranks, r = cx.rank;
-    host::rank_control& me = cx.self();
-    for (std::size_t i = 0; i < 4; ++i) me.fingerprint[i] = fp[i];
-    me.fingerprint_seq.store(fp[3], std::memory_order_release);
-    for (int q = 0; q < n; ++q)
-      if (q != r) wait_fingerprint(p, q, cx.seg.rank(q).fingerprint_seq, fp[3]);
-    for (int q = 0; q < n; ++q) {
-      if (q == r) continue;
-      const host::rank_control& o = cx.seg.rank(q);
-      const std::array<std::uint64_t, 4> theirs{o.fingerprint[0], o.fingerprint[1], o.fingerprint[2], o.fingerprint[3]};
-      if (theirs != fp) {
-        error_context e = cx.ctx;
-        e.peer = q;
-        raise(errc::mismatch, "mismatched calls (BRAID_DEBUG): rank " + std::to_string(r) + " called " + describe_fingerprint(fp) +
-                                  "; rank " + std::to_string(q) + " called " + describe_fingerprint(theirs), e);
-      }
-    }
-    me.fingerprint_checked.store(fp[3], std::memory_order_release);
-    for (int q = 0; q < n; ++q)
-      if (q != r) wait_fingerprint(p, q, cx.seg.rank(q).fingerprint_checked, fp[3]);
-  }
-
-  static void do_sendrecv(impl& p, const void* sdata, std::size_t sbytes, int speer, void* rdata, std::size_t rbytes,
-                          int rpeer) {
-    auto& st = p.p2p;
-    if (st.sent_msgs.empty()) {
-      st.sent_msgs.assign(static_cast<std::size_t>(p.cx.nranks), 0);
-      st.recv_msgs.assign(static_cast<std::size_t>(p.cx.nranks), 0);
-    }
-    host::p2p_sender s{&p.cx, speer, static_cast<const std::byte*>(sdata), sbytes};
-    host::p2p_receiver rv{&p.cx, rpeer, static_cast<std::byte*>(rdata), rbytes,
-                          rpeer >= 0 ? st.recv_msgs[static_cast<std::size_t>(rpeer)] + 1 : 0};
-    bool sdone = speer < 0, rdone = rpeer < 0;
-    if (sdone) return void(rv.poll(true)), void(++st.recv_msgs[static_cast<std::size_t>(rpeer)]);
-    if (rdone) return void(s.poll(true)), void(++st.sent_msgs[static_cast<std::size_t>(speer)]);
-    // Both directions: advance each without blocking; wait (bounded like every wait) only while
-    // neither moves, so that two ranks exchanging more than their send buffers never wait on each other.
-    auto state = [&] { return std::make_tuple(s.announced, s.piece, s.done, rv.checked, rv.piece, rv.done); };
-    auto last = state();
-    auto last_move = std::chrono::steady_clock::now();
-    std::uint32_t idle = 0;
-    while (!sdone || !rdone) {
-      if (!sdone && s.poll(false)) sdone = true;
-      if (!rdone && rv.poll(false)) rdone = true;
-      const auto now_state = state();
-      if (now_state != last) {
-        last = now_state;
-        idle = 0;
-        last_move = std::chrono::steady_clock::now();
-        continue;
-      }
-      if (++idle % 64) {
-        BRAID_CPU_RELAX();
-        continue;
-      }
-      const int waiting_for = !rdone ? rpeer : speer;
-      p.cx.check_abort(waiting_for);
-      if (!p.cx.peer_present(waiting_for)) p.cx.fail_peer(waiting_for);
-      if (std::chrono::steady_clock::now() - last_move > p.cx.timeout) p.cx.fail_timeout(waiting_for);
-      if (idle > 4096) sched_yield();
-    }
-    ++st.sent_msgs[static_cast<std::size_t>(speer)];
-    ++st.recv_msgs[static_cast<std::size_t>(rpeer)];
-  }
-
   static communicator make(std::shared_ptr<host::mapped_memory> mem, const host::segment_layout& layout, int rank,
                            int nranks, host::rank_mode mode, const options& opts) {
     communicator c;
@@ -774,7 +487,7 @@ private:
     p.cx.policy.oversubscribed = cpus > 0 && nranks > cpus && (cpus > 1 || mode == host::rank_mode::threads);
     p.cx.policy.membarrier = host::membarrier_ready();
     if (!p.cx.policy.membarrier) p.cx.seg.header().no_membarrier.store(1, std::memory_order_relaxed);
-    p.cx.describe_call = &communicator::describe_fingerprint;
+    p.cx.describe_call = &detail::describe_fingerprint;
     host::rank_control& me = p.cx.self();
     me.pid = ::getpid();
     me.cpu.store(-1, std::memory_order_relaxed);
