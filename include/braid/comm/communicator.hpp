@@ -49,6 +49,7 @@
 #include "../transport/host/p2p.hpp"
 #include "../transport/host/registry.hpp"
 #include "../transport/host/segment.hpp"
+#include "buffer.hpp"
 #include "fingerprint.hpp"
 #include "options.hpp"
 #include "registration.hpp"
@@ -60,57 +61,6 @@
 namespace braid {
 
 class thread_group;
-
-// Memory allocated through a communicator (communicator::alloc). For processes its peers map it, so
-// collectives whose input lies in it are read in place: no staging copy. Owns its memory. Freeing it
-// involves no peer and returns its pages to the system at once; the peers unmap their (then empty)
-// copies at this rank's next alloc. Move-only.
-template <class T> class buffer {
-public:
-  buffer() = default;
-  buffer(buffer&&) noexcept = default;
-  buffer& operator=(buffer&& o) noexcept {
-    if (this != &o) {
-      release();
-      mem_ = std::move(o.mem_);
-      count_ = std::exchange(o.count_, 0);
-      reg_ = std::move(o.reg_);
-      id_ = std::exchange(o.id_, 0);
-    }
-    return *this;
-  }
-  ~buffer() { release(); }
-
-  T* data() const { return reinterpret_cast<T*>(mem_.data()); }
-  std::size_t size() const { return count_; }
-  bool empty() const { return count_ == 0; }
-  T& operator[](std::size_t i) const { return data()[i]; }
-  T* begin() const { return data(); }
-  T* end() const { return data() + count_; }
-  std::span<T> span() const { return {data(), count_}; }
-  operator std::span<T>() const { return span(); }
-  bool registered() const { return reg_ != nullptr; } // shared with the peers (processes)
-
-private:
-  friend class communicator;
-  // Registered: no longer described to peers, and the pages are punched out of the memfd now (peers'
-  // mappings stay valid and read zeros until the next alloc unmaps them; see communicator::alloc for
-  // why no peer is reading them). Works also after the communicator was closed: it needs only the
-  // memfd, which this buffer holds, and the registry, which it shares.
-  void release() {
-    if (reg_) {
-      reg_->remove_own(id_);
-      mem_.release_pages();
-    }
-    reg_.reset();
-    mem_.reset();
-    count_ = 0;
-  }
-  host::mapped_memory mem_;
-  std::size_t count_ = 0;
-  std::shared_ptr<host::registry> reg_;
-  std::uint64_t id_ = 0;
-};
 
 class communicator {
 public:
@@ -494,33 +444,6 @@ private:
     me.state.store(static_cast<std::uint32_t>(host::rank_state::active), std::memory_order_release);
     return c;
   }
-};
-
-// Ranks as threads of this process: make(r) once for each rank, each used by one thread.
-class thread_group {
-public:
-  explicit thread_group(int nranks, const options& opts = options::from_env()) : nranks_(nranks), opts_(opts) {
-    if (nranks < 1 || nranks > static_cast<int>(wire::max_ranks))
-      raise(errc::invalid_argument, "thread_group: nranks " + std::to_string(nranks) + " out of range");
-    layout_ = host::segment_layout::make(static_cast<std::uint32_t>(nranks), opts.staging_bytes / 2, opts.p2p_bytes);
-    mem_ = std::make_shared<host::mapped_memory>(host::mapped_memory::anonymous(layout_.total));
-    host::segment_view{mem_->data(), layout_}.initialize();
-    made_.assign(static_cast<std::size_t>(nranks), false);
-  }
-  communicator make(int rank) {
-    if (rank < 0 || rank >= nranks_) raise(errc::invalid_argument, "thread_group::make: rank out of range");
-    if (made_[static_cast<std::size_t>(rank)]) raise(errc::invalid_usage, "thread_group::make: rank " + std::to_string(rank) + " was already made");
-    made_[static_cast<std::size_t>(rank)] = true;
-    return communicator::make(mem_, layout_, rank, nranks_, host::rank_mode::threads, opts_);
-  }
-  int size() const { return nranks_; }
-
-private:
-  int nranks_;
-  options opts_;
-  host::segment_layout layout_;
-  std::shared_ptr<host::mapped_memory> mem_;
-  std::vector<bool> made_;
 };
 
 inline communicator communicator::join(const unique_id& id, int rank, int nranks, const options& opts) {

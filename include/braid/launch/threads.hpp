@@ -1,7 +1,11 @@
-// braid/launch/threads.hpp — run a function on n ranks that are threads of this process.
+// braid/launch/threads.hpp — ranks that are threads of this process: a thread_group makes their
+// communicators over one shared segment; run_threads runs a function on each, one thread per rank.
 #pragma once
 
+#include <cstdint>
 #include <exception>
+#include <memory>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -9,6 +13,33 @@
 #include "../comm/communicator.hpp"
 
 namespace braid {
+
+// Ranks as threads of this process: make(r) once for each rank, each used by one thread.
+class thread_group {
+public:
+  explicit thread_group(int nranks, const options& opts = options::from_env()) : nranks_(nranks), opts_(opts) {
+    if (nranks < 1 || nranks > static_cast<int>(wire::max_ranks))
+      raise(errc::invalid_argument, "thread_group: nranks " + std::to_string(nranks) + " out of range");
+    layout_ = host::segment_layout::make(static_cast<std::uint32_t>(nranks), opts.staging_bytes / 2, opts.p2p_bytes);
+    mem_ = std::make_shared<host::mapped_memory>(host::mapped_memory::anonymous(layout_.total));
+    host::segment_view{mem_->data(), layout_}.initialize();
+    made_.assign(static_cast<std::size_t>(nranks), false);
+  }
+  communicator make(int rank) {
+    if (rank < 0 || rank >= nranks_) raise(errc::invalid_argument, "thread_group::make: rank out of range");
+    if (made_[static_cast<std::size_t>(rank)]) raise(errc::invalid_usage, "thread_group::make: rank " + std::to_string(rank) + " was already made");
+    made_[static_cast<std::size_t>(rank)] = true;
+    return communicator::make(mem_, layout_, rank, nranks_, host::rank_mode::threads, opts_);
+  }
+  int size() const { return nranks_; }
+
+private:
+  int nranks_;
+  options opts_;
+  host::segment_layout layout_;
+  std::shared_ptr<host::mapped_memory> mem_;
+  std::vector<bool> made_;
+};
 
 // Starts n threads, gives each its rank's communicator and calls fn(comm) on it; returns when all
 // have returned. If any rank throws, its communicator is closed (so ranks waiting for it fail with
