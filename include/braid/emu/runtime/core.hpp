@@ -1,0 +1,495 @@
+// braid/emu/runtime/core.hpp — the emulated runtime's machine (devices, streams, the per-thread
+// error), its error names, and the device queries (braid/emu/runtime.hpp describes the whole).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "../exec.hpp"
+#include "../memory.hpp"
+#include "../state.hpp"
+#include "../types.hpp"
+
+namespace braid::emu::detail {
+
+inline constexpr std::size_t device_memory_bytes = std::size_t{16} << 30;
+inline constexpr std::size_t max_pitch_bytes = std::size_t{2147483647};
+
+inline void diag(const char* call, const std::string& what) {
+  static const bool quiet = [] {
+    const char* q = std::getenv("BRAID_EMU_QUIET");
+    return q && q[0] == '1';
+  }();
+  if (!quiet) std::fprintf(stderr, "braid emulated CUDA device: %s: %s\n", call, what.c_str());
+}
+
+inline std::string hex(const void* p) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%p", p);
+  return b;
+}
+
+// Where a copy's side lives.
+enum class side { pageable, pinned, device };
+
+// False if [p, p + bytes) starts inside an allocation and runs past its end; else where it lives
+// (memory the runtime did not hand out is pageable host memory).
+inline bool classify(const void* p, std::size_t bytes, side& out) {
+  allocation a;
+  if (!rt().memory().find(p, bytes, a)) {
+    allocation any;
+    if (rt().memory().find(p, 0, any)) return false;
+    out = side::pageable;
+    return true;
+  }
+  out = a.kind == mem_kind::host ? side::pinned : side::device;
+  return true;
+}
+
+// Checks the two sides of a copy (`dst_bytes` and `src_bytes` each: a 2D copy's extents differ)
+// against its direction. Returns cudaSuccess or the error to give.
+inline cudaError_t check_copy(const char* call, void* dst, std::size_t dst_bytes, const void* src, std::size_t src_bytes,
+                              cudaMemcpyKind kind, side& ds, side& ss) {
+  if (dst_bytes == 0) {
+    ds = ss = side::pageable;
+    return cudaSuccess;
+  }
+  if (!dst || !src) {
+    diag(call, "null pointer");
+    return cudaErrorInvalidValue;
+  }
+  if (!classify(dst, dst_bytes, ds)) {
+    diag(call, "the destination " + hex(dst) + " + " + std::to_string(dst_bytes) + " bytes runs past the end of its allocation");
+    return cudaErrorInvalidValue;
+  }
+  if (!classify(src, src_bytes, ss)) {
+    diag(call, "the source " + hex(src) + " + " + std::to_string(src_bytes) + " bytes runs past the end of its allocation");
+    return cudaErrorInvalidValue;
+  }
+  const bool dst_dev = ds == side::device, src_dev = ss == side::device;
+  switch (kind) {
+  case cudaMemcpyHostToHost: break;
+  case cudaMemcpyDefault: break;
+  case cudaMemcpyHostToDevice:
+    if (!dst_dev && ds != side::pinned) {
+      diag(call, "cudaMemcpyHostToDevice to " + hex(dst) + ", which is not device memory");
+      return cudaErrorInvalidValue;
+    }
+    break;
+  case cudaMemcpyDeviceToHost:
+    if (!src_dev && ss != side::pinned) {
+      diag(call, "cudaMemcpyDeviceToHost from " + hex(src) + ", which is not device memory");
+      return cudaErrorInvalidValue;
+    }
+    break;
+  case cudaMemcpyDeviceToDevice:
+    if ((!dst_dev && ds != side::pinned) || (!src_dev && ss != side::pinned)) {
+      diag(call, "cudaMemcpyDeviceToDevice between " + hex(dst) + " and " + hex(src) + ", not both device memory");
+      return cudaErrorInvalidValue;
+    }
+    break;
+  default: diag(call, "unknown cudaMemcpyKind " + std::to_string(static_cast<int>(kind))); return cudaErrorInvalidMemcpyDirection;
+  }
+  return cudaSuccess;
+}
+
+// Records `node` into the stream's capture if it has one; returns true if it did (or the capture
+// was invalidated: then `err` says so).
+inline bool captured(stream_state& s, const graph_node& node, cudaError_t& err) {
+  std::lock_guard<std::mutex> lk(rt().lock());
+  capture_state* c = s.capture;
+  if (!c) return false;
+  if (c->invalidated) {
+    err = cudaErrorStreamCaptureInvalidated;
+    return true;
+  }
+  c->graph->nodes.push_back(node);
+  err = cudaSuccess;
+  return true;
+}
+
+inline void invalidate_capture(stream_state& s) {
+  std::lock_guard<std::mutex> lk(rt().lock());
+  if (s.capture) s.capture->invalidated = true;
+}
+
+// Common entry of a stream operation: the stream, or an error.
+inline cudaError_t stream_for(const char* call, cudaStream_t h, std::shared_ptr<stream_state>& s) {
+  if (h == cudaStreamPerThread) {
+    diag(call, "the per-thread default stream is not emulated");
+    return cudaErrorNotSupported;
+  }
+  s = rt().resolve(h, tls_device);
+  if (!s) {
+    diag(call, "stream " + hex(h) + " is not a live stream (destroyed, or never created)");
+    return cudaErrorInvalidResourceHandle;
+  }
+  if (s->legacy && rt().prohibits_sync_here()) return cudaErrorStreamCaptureImplicit;
+  return cudaSuccess;
+}
+
+// Enqueues (or captures) `run` on stream `h`.
+inline cudaError_t submit(const char* call, cudaStream_t h, std::function<void()> run) {
+  std::shared_ptr<stream_state> s;
+  if (const cudaError_t e = stream_for(call, h, s)) return e;
+  cudaError_t err = cudaSuccess;
+  if (captured(*s, graph_node{run}, err)) return err;
+  rt().enqueue(*s, std::move(run));
+  return cudaSuccess;
+}
+
+// A copy from pageable host memory: the source is staged now (CUDA stages it before the call returns),
+// the copy into `dst` runs when the stream reaches it.
+inline std::function<void()> staged_copy(void* dst, const void* src, std::size_t bytes) {
+  auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
+                                                             static_cast<const unsigned char*>(src) + bytes);
+  return [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); };
+}
+
+// cudaGraphDestroy and cudaGraphExecDestroy: the handle must be live in `live`.
+template <class H> inline cudaError_t destroy_handle(std::set<H*>& live, H* h) {
+  {
+    std::lock_guard<std::mutex> lk(rt().lock());
+    if (!live.erase(h)) return fail(cudaErrorInvalidResourceHandle);
+  }
+  delete h; // a launch in flight holds its own copy of the nodes
+  return cudaSuccess;
+}
+
+// The function cudaGetDriverEntryPoint hands out for "cuMemGetAddressRange" (CUresult: 0 success,
+// 1 CUDA_ERROR_INVALID_VALUE).
+inline int mem_get_address_range(unsigned long long* base, std::size_t* size, unsigned long long p) {
+  allocation a;
+  if (!rt().memory().find(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(p)), 0, a) ||
+      a.base + a.size == static_cast<std::uintptr_t>(p))
+    return 1;
+  if (base) *base = a.base;
+  if (size) *size = a.size;
+  return 0;
+}
+
+// The function cudaGetDriverEntryPoint hands out for "cuPointerGetAttribute": only
+// CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE (10) is emulated (CUresult 1 otherwise, and for a
+// pointer outside every allocation).
+inline int pointer_get_attribute(void* data, int attribute, unsigned long long p) {
+  if (attribute != 10 || !data) return 1;
+  allocation a;
+  if (!rt().memory().find(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(p)), 0, a)) return 1;
+  *static_cast<unsigned char*>(data) = a.kind == mem_kind::device && !a.pool; // a boolean
+  return 0;
+}
+
+// One kernel launch, type-erased: the kernel and a copy of its arguments converted to the parameter
+// types (each emulated thread calls the kernel with its own copy, as CUDA gives each thread its own
+// parameters).
+template <class... P> struct kernel_call {
+  void (*kernel)(P...);
+  std::tuple<std::decay_t<P>...> args;
+  static void invoke(const void* self) {
+    const auto& c = *static_cast<const kernel_call*>(self);
+    std::apply([&](const auto&... a) { c.kernel(a...); }, c.args);
+  }
+};
+
+// The runtime calls this thread has made (every entry point below that reaches the runtime, kernel
+// launches included): what a collective costs on the host, counted (braid::emu::runtime_calls).
+inline thread_local std::uint64_t tls_runtime_calls = 0;
+// Of those, the polls (cudaEventQuery, cudaStreamQuery): how many a wait makes depends on timing.
+inline thread_local std::uint64_t tls_runtime_polls = 0;
+
+#define BRAID_EMU_ENTER()                                                                         \
+  do {                                                                                            \
+    ++::braid::emu::detail::tls_runtime_calls;                                                    \
+    if (!::braid::emu::detail::rt().usable()) return ::braid::emu::detail::fail(cudaErrorInitializationError); \
+  } while (0)
+
+} // namespace braid::emu::detail
+
+namespace braid::emu {
+// The number of runtime calls (kernel launches included) the calling thread has made so far. A call
+// made by another runtime call (cudaMemset through cudaMemsetAsync) counts as well.
+inline std::uint64_t runtime_calls() noexcept { return detail::tls_runtime_calls; }
+// Of runtime_calls(), the polls of an event or a stream (cudaEventQuery, cudaStreamQuery).
+inline std::uint64_t runtime_polls() noexcept { return detail::tls_runtime_polls; }
+} // namespace braid::emu
+
+namespace braid::emu {
+
+// Launches `kernel` on `grid` blocks of `block` threads on `stream` (stream-ordered, like <<<>>>):
+// the emulated side of braid::gpu::launch. Returns what cudaGetLastError would after a launch.
+// A cooperative launch (cudaLaunchCooperativeKernel): refused with cudaErrorCooperativeLaunchTooLarge
+// when the grid cannot be resident all at once on an idle device; otherwise its blocks start only
+// together, when the device has room for all of them.
+template <class... P, class... A>
+cudaError_t launch_as(bool cooperative, void (*kernel)(P...), unsigned grid, unsigned block, std::size_t shared_bytes,
+                      cudaStream_t stream, A&&... args) {
+  using namespace detail;
+  static_assert(sizeof...(P) == sizeof...(A), "braid::emu::launch: the arguments do not match the kernel's parameters");
+  BRAID_EMU_ENTER();
+  const machine_shape& m = rt().shape();
+  if (grid == 0 || grid > 0x7fffffffu || block == 0 || block > m.max_threads_per_block || shared_bytes > (48u << 10)) {
+    diag("kernel launch", "invalid configuration: " + std::to_string(grid) + " blocks of " + std::to_string(block) +
+                              " threads, " + std::to_string(shared_bytes) + " bytes of dynamic shared memory");
+    return fail(cudaErrorInvalidConfiguration);
+  }
+  if (cooperative && grid > m.blocks_per_sm_for(block) * m.sms) {
+    diag("cooperative kernel launch", std::to_string(grid) + " blocks of " + std::to_string(block) + " threads cannot be resident at once (" +
+                                          std::to_string(m.blocks_per_sm_for(block) * m.sms) + " at most)");
+    return fail(cudaErrorCooperativeLaunchTooLarge);
+  }
+  std::shared_ptr<stream_state> s;
+  if (const cudaError_t e = stream_for("kernel launch", stream, s)) return fail(e);
+  if (!s->legacy && s->device != tls_device) {
+    diag("kernel launch", "the stream belongs to device " + std::to_string(s->device) + " and the current device is " +
+                              std::to_string(tls_device) + " (CUDA refuses a launch into another device's stream)");
+    return fail(cudaErrorInvalidResourceHandle);
+  }
+  auto call = std::make_shared<kernel_call<P...>>(kernel_call<P...>{kernel, {std::forward<A>(args)...}});
+  device_exec* dev = &rt().device(s->device);
+  std::function<void()> run = [call, dev, grid, block, cooperative] {
+    kernel_job j;
+    j.invoke = &kernel_call<P...>::invoke;
+    j.args = call;
+    j.grid = grid;
+    j.block = block;
+    j.cooperative = cooperative;
+    dev->execute(j);
+  };
+  cudaError_t err = cudaSuccess;
+  if (captured(*s, graph_node{run}, err)) return fail(err);
+  rt().enqueue(*s, std::move(run));
+  return cudaSuccess;
+}
+
+template <class... P, class... A>
+cudaError_t launch(void (*kernel)(P...), unsigned grid, unsigned block, std::size_t shared_bytes, cudaStream_t stream,
+                   A&&... args) {
+  return launch_as(false, kernel, grid, block, shared_bytes, stream, std::forward<A>(args)...);
+}
+template <class... P, class... A>
+cudaError_t launch_cooperative(void (*kernel)(P...), unsigned grid, unsigned block, std::size_t shared_bytes,
+                               cudaStream_t stream, A&&... args) {
+  return launch_as(true, kernel, grid, block, shared_bytes, stream, std::forward<A>(args)...);
+}
+
+// Which runtime a binary runs on (for logs and test headers).
+inline const char* device_kind() { return "emulated CUDA device (CPU threads; braid/emu)"; }
+
+} // namespace braid::emu
+
+// ==== the runtime API ============================================================================
+
+inline cudaError_t cudaGetLastError() {
+  const cudaError_t e = braid::emu::detail::tls_last_error;
+  braid::emu::detail::tls_last_error = cudaSuccess;
+  return e;
+}
+inline cudaError_t cudaPeekAtLastError() { return braid::emu::detail::tls_last_error; }
+
+inline const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+#define BRAID_EMU_NAME(x) \
+  case x: return #x;
+    BRAID_EMU_NAME(cudaSuccess)
+    BRAID_EMU_NAME(cudaErrorInvalidValue)
+    BRAID_EMU_NAME(cudaErrorMemoryAllocation)
+    BRAID_EMU_NAME(cudaErrorInitializationError)
+    BRAID_EMU_NAME(cudaErrorCudartUnloading)
+    BRAID_EMU_NAME(cudaErrorInvalidConfiguration)
+    BRAID_EMU_NAME(cudaErrorInvalidPitchValue)
+    BRAID_EMU_NAME(cudaErrorInvalidDevicePointer)
+    BRAID_EMU_NAME(cudaErrorInvalidMemcpyDirection)
+    BRAID_EMU_NAME(cudaErrorInsufficientDriver)
+    BRAID_EMU_NAME(cudaErrorInvalidDeviceFunction)
+    BRAID_EMU_NAME(cudaErrorNoDevice)
+    BRAID_EMU_NAME(cudaErrorInvalidDevice)
+    BRAID_EMU_NAME(cudaErrorDeviceUninitialized)
+    BRAID_EMU_NAME(cudaErrorMapBufferObjectFailed)
+    BRAID_EMU_NAME(cudaErrorAlreadyMapped)
+    BRAID_EMU_NAME(cudaErrorNotMapped)
+    BRAID_EMU_NAME(cudaErrorPeerAccessUnsupported)
+    BRAID_EMU_NAME(cudaErrorOperatingSystem)
+    BRAID_EMU_NAME(cudaErrorInvalidResourceHandle)
+    BRAID_EMU_NAME(cudaErrorIllegalState)
+    BRAID_EMU_NAME(cudaErrorSymbolNotFound)
+    BRAID_EMU_NAME(cudaErrorNotReady)
+    BRAID_EMU_NAME(cudaErrorIllegalAddress)
+    BRAID_EMU_NAME(cudaErrorLaunchOutOfResources)
+    BRAID_EMU_NAME(cudaErrorPeerAccessAlreadyEnabled)
+    BRAID_EMU_NAME(cudaErrorPeerAccessNotEnabled)
+    BRAID_EMU_NAME(cudaErrorContextIsDestroyed)
+    BRAID_EMU_NAME(cudaErrorTooManyPeers)
+    BRAID_EMU_NAME(cudaErrorHostMemoryAlreadyRegistered)
+    BRAID_EMU_NAME(cudaErrorHostMemoryNotRegistered)
+    BRAID_EMU_NAME(cudaErrorLaunchFailure)
+    BRAID_EMU_NAME(cudaErrorCooperativeLaunchTooLarge)
+    BRAID_EMU_NAME(cudaErrorNotSupported)
+    BRAID_EMU_NAME(cudaErrorStreamCaptureUnsupported)
+    BRAID_EMU_NAME(cudaErrorStreamCaptureInvalidated)
+    BRAID_EMU_NAME(cudaErrorStreamCaptureUnmatched)
+    BRAID_EMU_NAME(cudaErrorStreamCaptureImplicit)
+    BRAID_EMU_NAME(cudaErrorStreamCaptureWrongThread)
+    BRAID_EMU_NAME(cudaErrorUnknown)
+#undef BRAID_EMU_NAME
+  }
+  return "cudaErrorUnknown";
+}
+
+inline const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+  case cudaSuccess: return "no error";
+  case cudaErrorInvalidValue: return "invalid argument";
+  case cudaErrorMemoryAllocation: return "out of memory";
+  case cudaErrorInitializationError: return "initialization error (the emulated runtime was started before fork())";
+  case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+  case cudaErrorInvalidPitchValue: return "invalid pitch argument";
+  case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+  case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+  case cudaErrorInvalidDevice: return "invalid device ordinal";
+  case cudaErrorDeviceUninitialized: return "invalid device context";
+  case cudaErrorMapBufferObjectFailed: return "mapping of buffer object failed";
+  case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+  case cudaErrorNotReady: return "device not ready";
+  case cudaErrorPeerAccessAlreadyEnabled: return "peer access is already enabled";
+  case cudaErrorPeerAccessNotEnabled: return "peer access has not been enabled";
+  case cudaErrorNotSupported: return "operation not supported";
+  case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+  case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+  case cudaErrorStreamCaptureUnmatched: return "capture was not initiated in this stream";
+  case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
+  case cudaErrorStreamCaptureWrongThread: return "attempt to terminate a thread-local capture sequence from another thread";
+  default: return "an error the emulated runtime names in cudaGetErrorName";
+  }
+}
+
+inline cudaError_t cudaRuntimeGetVersion(int* v) {
+  if (!v) return braid::emu::detail::fail(cudaErrorInvalidValue);
+  *v = CUDART_VERSION;
+  return cudaSuccess;
+}
+inline cudaError_t cudaDriverGetVersion(int* v) {
+  if (!v) return braid::emu::detail::fail(cudaErrorInvalidValue);
+  *v = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+// ---- devices ------------------------------------------------------------------------------------
+
+inline cudaError_t cudaGetDeviceCount(int* n) {
+  BRAID_EMU_ENTER();
+  if (!n) return braid::emu::detail::fail(cudaErrorInvalidValue);
+  *n = braid::emu::detail::rt().device_count();
+  return cudaSuccess;
+}
+inline cudaError_t cudaGetDevice(int* d) {
+  BRAID_EMU_ENTER();
+  if (!d) return braid::emu::detail::fail(cudaErrorInvalidValue);
+  *d = braid::emu::detail::tls_device;
+  return cudaSuccess;
+}
+inline cudaError_t cudaSetDevice(int d) {
+  BRAID_EMU_ENTER();
+  if (d < 0 || d >= braid::emu::detail::rt().device_count()) return braid::emu::detail::fail(cudaErrorInvalidDevice);
+  braid::emu::detail::tls_device = d;
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
+  using namespace braid::emu::detail;
+  BRAID_EMU_ENTER();
+  if (!p) return fail(cudaErrorInvalidValue);
+  if (d < 0 || d >= rt().device_count()) return fail(cudaErrorInvalidDevice);
+  const machine_shape& m = rt().shape();
+  *p = cudaDeviceProp{};
+  std::snprintf(p->name, sizeof p->name, "braid emulated CUDA device %d (CPU threads)", d);
+  p->totalGlobalMem = device_memory_bytes;
+  p->sharedMemPerBlock = 48 << 10;
+  p->regsPerBlock = 65536;
+  p->warpSize = 32;
+  p->memPitch = max_pitch_bytes;
+  p->maxThreadsPerBlock = static_cast<int>(m.max_threads_per_block);
+  p->maxThreadsDim[0] = static_cast<int>(m.max_threads_per_block);
+  p->maxThreadsDim[1] = p->maxThreadsDim[2] = 1;
+  p->maxGridSize[0] = 0x7fffffff;
+  p->maxGridSize[1] = p->maxGridSize[2] = 1;
+  p->clockRate = 0;
+  p->major = 9;
+  p->minor = 0;
+  p->multiProcessorCount = static_cast<int>(m.sms);
+  p->maxThreadsPerMultiProcessor = static_cast<int>(m.threads_per_sm);
+  p->maxBlocksPerMultiProcessor = static_cast<int>(m.blocks_per_sm);
+  p->concurrentKernels = 1;
+  p->unifiedAddressing = 1;
+  p->canMapHostMemory = 1;
+  p->cooperativeLaunch = 0;
+  p->pciBusID = d;
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr attr, int d) {
+  using namespace braid::emu::detail;
+  BRAID_EMU_ENTER();
+  if (!v) return fail(cudaErrorInvalidValue);
+  if (d < 0 || d >= rt().device_count()) return fail(cudaErrorInvalidDevice);
+  const machine_shape& m = rt().shape();
+  switch (attr) {
+  case cudaDevAttrMaxThreadsPerBlock:
+  case cudaDevAttrMaxBlockDimX: *v = static_cast<int>(m.max_threads_per_block); return cudaSuccess;
+  case cudaDevAttrMaxGridDimX: *v = 0x7fffffff; return cudaSuccess;
+  case cudaDevAttrMaxSharedMemoryPerBlock: *v = 48 << 10; return cudaSuccess;
+  case cudaDevAttrWarpSize: *v = 32; return cudaSuccess;
+  case cudaDevAttrMaxPitch: *v = static_cast<int>(max_pitch_bytes); return cudaSuccess;
+  case cudaDevAttrClockRate: *v = 0; return cudaSuccess;
+  case cudaDevAttrMultiProcessorCount: *v = static_cast<int>(m.sms); return cudaSuccess;
+  case cudaDevAttrCanMapHostMemory: *v = 1; return cudaSuccess;
+  case cudaDevAttrConcurrentKernels: *v = 1; return cudaSuccess;
+  case cudaDevAttrPciBusId: *v = d; return cudaSuccess;
+  case cudaDevAttrL2CacheSize: *v = 0; return cudaSuccess;
+  case cudaDevAttrMaxThreadsPerMultiProcessor: *v = static_cast<int>(m.threads_per_sm); return cudaSuccess;
+  case cudaDevAttrUnifiedAddressing: *v = 1; return cudaSuccess;
+  case cudaDevAttrComputeCapabilityMajor: *v = 9; return cudaSuccess;
+  case cudaDevAttrComputeCapabilityMinor: *v = 0; return cudaSuccess;
+  case cudaDevAttrHostNativeAtomicSupported: *v = 1; return cudaSuccess;
+  case cudaDevAttrCooperativeLaunch: *v = 1; return cudaSuccess;
+  case cudaDevAttrMaxBlocksPerMultiprocessor: *v = static_cast<int>(m.blocks_per_sm); return cudaSuccess;
+  case cudaDevAttrMemoryPoolsSupported: *v = 0; return cudaSuccess;
+  }
+  diag("cudaDeviceGetAttribute", "attribute " + std::to_string(static_cast<int>(attr)) + " is not emulated");
+  return fail(cudaErrorNotSupported);
+}
+
+inline cudaError_t cudaDeviceCanAccessPeer(int* ok, int d, int peer) {
+  using namespace braid::emu::detail;
+  BRAID_EMU_ENTER();
+  if (!ok) return fail(cudaErrorInvalidValue);
+  const int n = rt().device_count();
+  if (d < 0 || d >= n || peer < 0 || peer >= n) return fail(cudaErrorInvalidDevice);
+  *ok = d != peer ? 1 : 0;
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned flags) {
+  using namespace braid::emu::detail;
+  BRAID_EMU_ENTER();
+  if (flags != 0) return fail(cudaErrorInvalidValue);
+  if (peer < 0 || peer >= rt().device_count() || peer == tls_device) return fail(cudaErrorInvalidDevice);
+  if (!rt().enable_peer(tls_device, peer)) return fail(cudaErrorPeerAccessAlreadyEnabled);
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaDeviceSynchronize() {
+  using namespace braid::emu::detail;
+  BRAID_EMU_ENTER();
+  if (rt().prohibits_sync_here()) return fail(cudaErrorStreamCaptureUnsupported);
+  for (auto& s : rt().streams_of(tls_device)) s->wait_for(s->last_enqueued());
+  return cudaSuccess;
+}
