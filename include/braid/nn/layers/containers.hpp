@@ -1,0 +1,190 @@
+// braid/nn/layers/containers.hpp — sequential, basic_block and resnet(): modules made of modules.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <iterator>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "basic.hpp"
+#include "conv.hpp"
+#include "norm.hpp"
+
+namespace braid::nn {
+
+// Runs its children in order; backward in reverse order.
+template <class T> class sequential : public module<T> {
+public:
+  template <class M, class... A> M& add(A&&... args) {
+    auto m = std::make_unique<M>(std::forward<A>(args)...);
+    M& ref = *m;
+    m->set_training(this->training_);
+    m->set_grad_hook(this->hook_);
+    children_.push_back(std::move(m));
+    return ref;
+  }
+  tensor forward(const tensor& x) override {
+    tensor h = x;
+    for (auto& m : children_) h = m->forward(h);
+    return h;
+  }
+  tensor backward(const tensor& dy) override {
+    tensor d = dy;
+    for (auto it = children_.rbegin(); it != children_.rend(); ++it) d = (*it)->backward(d);
+    return d;
+  }
+  void collect(std::vector<parameter*>& params, std::vector<tensor*>& buffers) override {
+    for (auto& m : children_) m->collect(params, buffers);
+  }
+  void set_training(bool on) override {
+    this->training_ = on;
+    for (auto& m : children_) m->set_training(on);
+  }
+  void set_grad_hook(grad_hook* h) override {
+    this->hook_ = h;
+    for (auto& m : children_) m->set_grad_hook(h);
+  }
+  std::size_t size() const { return children_.size(); }
+  // Moves children [first, last) out of this sequential, in order, into a new one (pipeline stages).
+  // The new sequential takes this one's training flag and grad hook; the moved children keep theirs,
+  // which are this one's (add() and the setters give every child its parent's), and their
+  // parameters, buffers and state are the same objects as before (pointers to them stay valid).
+  // This sequential keeps the others, in order. invalid_argument unless first <= last <= size().
+  std::unique_ptr<sequential<T>> extract(std::size_t first, std::size_t last) {
+    detail::require(first <= last && last <= children_.size(),
+                    "sequential::extract: [" + std::to_string(first) + ", " + std::to_string(last) + ") of " +
+                        std::to_string(children_.size()) + " children");
+    auto out = std::make_unique<sequential<T>>();
+    out->training_ = this->training_;
+    out->hook_ = this->hook_;
+    const auto b = children_.begin() + std::ptrdiff_t(first), e = children_.begin() + std::ptrdiff_t(last);
+    out->children_.assign(std::make_move_iterator(b), std::make_move_iterator(e));
+    children_.erase(b, e);
+    return out;
+  }
+
+private:
+  std::vector<std::unique_ptr<module<T>>> children_;
+};
+
+// ResNet basic block: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), 3x3 convolutions; the
+// shortcut is the identity, or a strided 1x1 convolution with BatchNorm when the shape changes.
+template <class T> class basic_block : public module<T> {
+public:
+  // onednn = false: float layers on the hand-written path; blocked: activations in oneDNN's
+  // channel-blocked layout in and out (see conv2d::set_blocked).
+  basic_block(int in_ch, int out_ch, int stride, std::mt19937_64& rng, bool onednn = true, bool blocked = false) {
+    auto setup = [&](auto& layer) -> auto& {
+      if (!onednn) layer.use_onednn(false);
+      return layer;
+    };
+    auto& c1 = setup(main_.template add<conv2d<T>>(in_ch, out_ch, 3, stride, 1, false, rng));
+    auto& b1 = setup(main_.template add<batchnorm2d<T>>(out_ch));
+    main_.template add<relu<T>>();
+    auto& c2 = setup(main_.template add<conv2d<T>>(out_ch, out_ch, 3, 1, 1, false, rng));
+    auto& b2 = setup(main_.template add<batchnorm2d<T>>(out_ch));
+    if (blocked) {
+      c1.set_blocked(true, true);
+      b1.set_blocked(true);
+      c2.set_blocked(true, true);
+      b2.set_blocked(true);
+    }
+    if (stride != 1 || in_ch != out_ch) {
+      shortcut_ = std::make_unique<sequential<T>>();
+      auto& c3 = setup(shortcut_->template add<conv2d<T>>(in_ch, out_ch, 1, stride, 0, false, rng));
+      auto& b3 = setup(shortcut_->template add<batchnorm2d<T>>(out_ch));
+      if (blocked) {
+        c3.set_blocked(true, true);
+        b3.set_blocked(true);
+      }
+    }
+  }
+  tensor forward(const tensor& x) override {
+    tensor a = main_.forward(x);
+    tensor b = shortcut_ ? shortcut_->forward(x) : x;
+    return out_.forward(add<T>(a, b));
+  }
+  tensor backward(const tensor& dy) override {
+    tensor d = out_.backward(dy);
+    tensor dx = main_.backward(d);
+    tensor ds = shortcut_ ? shortcut_->backward(d) : d;
+    T* p = dx.data<T>();
+    const T* q = ds.data<T>();
+    const std::int64_t n = dx.numel();
+    for (std::int64_t i = 0; i < n; ++i) p[i] += q[i];
+    return dx;
+  }
+  void collect(std::vector<parameter*>& params, std::vector<tensor*>& buffers) override {
+    main_.collect(params, buffers);
+    if (shortcut_) shortcut_->collect(params, buffers);
+  }
+  void set_training(bool on) override {
+    this->training_ = on;
+    main_.set_training(on);
+    if (shortcut_) shortcut_->set_training(on);
+  }
+  void set_grad_hook(grad_hook* h) override {
+    this->hook_ = h;
+    main_.set_grad_hook(h);
+    if (shortcut_) shortcut_->set_grad_hook(h);
+  }
+
+private:
+  sequential<T> main_;
+  std::unique_ptr<sequential<T>> shortcut_;
+  relu<T> out_;
+};
+
+// ResNet for 1-channel images (CIFAR-style ResNet-(6n+2)): conv3x3(16)-BN-ReLU, three stages of n
+// basic blocks with 16, 32, 64 channels (the 2nd and 3rd start with stride 2), global average
+// pooling, linear to `classes`. n = 3 is ResNet-20. `width` scales the channel counts (16*width...).
+//
+// Float networks run their convolutions and batch norms on oneDNN where braid::nn has it, and when
+// `width` is a multiple of oneDNN's channel block (onednn::block(): 16 with AVX-512, 8 with AVX2)
+// the activations between the first convolution and the global pooling stay in oneDNN's
+// channel-blocked layout (no reorder between layers; ReLU and the residual adds are elementwise and
+// do not care). Input and output are NCHW and [N, classes] all the same. onednn = false puts every
+// layer on the hand-written path (the tests compare the two).
+template <class T> std::unique_ptr<sequential<T>> resnet(int n, int classes, std::mt19937_64& rng,
+                                                         int in_ch = 1, int width = 16, bool onednn = true) {
+  bool blocked = false;
+#if BRAID_HAVE_DNNL
+  if constexpr (std::is_same_v<T, float>) blocked = onednn && onednn::block() > 0 && width % onednn::block() == 0;
+#endif
+  auto net = std::make_unique<sequential<T>>();
+  auto& c0 = net->template add<conv2d<T>>(in_ch, width, 3, 1, 1, false, rng);
+  auto& b0 = net->template add<batchnorm2d<T>>(width);
+  if (!onednn) {
+    c0.use_onednn(false);
+    b0.use_onednn(false);
+  }
+  if (blocked) {
+    c0.set_blocked(false, true);
+    b0.set_blocked(true);
+  }
+  net->template add<relu<T>>();
+  int ch = width;
+  for (int stage = 0; stage < 3; ++stage) {
+    const int out = width << stage;
+    for (int b = 0; b < n; ++b) {
+      net->template add<basic_block<T>>(ch, out, (stage > 0 && b == 0) ? 2 : 1, rng, onednn, blocked);
+      ch = out;
+    }
+  }
+  auto& pool = net->template add<global_avgpool<T>>();
+#if BRAID_HAVE_DNNL
+  if (blocked) pool.set_block(onednn::block());
+#endif
+  (void)pool;
+  net->template add<linear<T>>(ch, classes, rng);
+  return net;
+}
+
+} // namespace braid::nn
