@@ -133,6 +133,9 @@ def main():
         words.update(re.findall(r"[A-Za-z_]\w*", text))
     public_classes = {f"{f.get('namespace')}::{n}" for n, _, k, f in tags
                       if k in ("class", "struct", "enum", "union") and f.get("namespace") in PUBLIC}
+    # A member declared private in its class and defined out of it: the definition's tag has no access.
+    hidden = {(next((f[k] for k in ("class", "struct") if k in f), None), n) for n, _, _, f in tags
+              if f.get("access") in ("private", "protected")}
     seen = set()
     for name, path, kind, fields in tags:
         if kind in ("local", "parameter", "macro", "header", "namespace", "typedef_local") or "::" in name:
@@ -142,7 +145,7 @@ def main():
         scope = next((fields[k] for k in ("namespace", "class", "struct", "enum", "union") if k in fields), None)
         if scope is None or not (scope in PUBLIC or scope in public_classes):
             continue
-        if name.startswith(("operator", "~")) or name.endswith("_"):
+        if name.startswith(("operator", "~")) or name.endswith("_") or (scope, name) in hidden:
             continue
         if name not in words and (scope, name) not in seen:
             seen.add((scope, name))
