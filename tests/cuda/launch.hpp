@@ -41,6 +41,8 @@ int threads_per_block(const group& g);
 int size(const group& g);
 // communicator::reads_in_place(p) of that rank: whether peers would read an input at p in place.
 bool reads_in_place(const group& g, int rank, const void* p);
+// communicator::rounds() of that rank: the rounds its kernels have run (after its stream finished).
+std::uint64_t rounds(const group& g, int rank);
 // The rank's stream as an opaque handle (a cudaStream_t; test_gpu.cpp casts it back).
 void* stream(const group& g, int rank);
 // communicator::check() of that rank: raises the error a kernel of the group recorded, if any.

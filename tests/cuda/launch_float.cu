@@ -54,6 +54,7 @@ bracket::~bracket() noexcept(false) {
 
 int size(const group& g) { return static_cast<int>(g.comms.size()); }
 bool reads_in_place(const group& g, int rank, const void* p) { return g.comms.at(static_cast<std::size_t>(rank)).reads_in_place(p); }
+std::uint64_t rounds(const group& g, int rank) { return g.comms.at(static_cast<std::size_t>(rank)).rounds(); }
 int blocks_per_rank(const group& g) { return g.comms.at(0).blocks_per_rank(); }
 int threads_per_block(const group& g) { return g.comms.at(0).threads_per_block(); }
 

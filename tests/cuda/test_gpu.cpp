@@ -13,7 +13,9 @@
 //   all_reduce with braid::sum, every element type, every algorithm and the tuning table's choice;
 //   float, every collective x every algorithm it supports x every operator.
 // A third sweep uses 64 KiB of staging so that the large calls run many rounds (about 25 for the
-// default large count of 100003 floats capped there, 8 for the emulator's 30011).
+// default large count of 100003 floats capped there, 8 for the emulator's 30011): in place, and every
+// schedule with windows; out-of-place one_shot and direct calls of ranks on one GPU run one round
+// (gpu in-place reads).
 // Then: CUDA-graph capture and replay, a stalled rank (timeout error naming the peer; a fresh group
 // works), and bad arguments (raised before anything is launched).
 //
@@ -49,6 +51,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <braid/schedule/schedule.hpp>
 
 #include "comm/sweep.hpp"
 #include "launch.hpp"
@@ -1297,6 +1301,91 @@ TEST_CASE("gpu pool-allocated inputs: staged when a peer is on another GPU, read
       GPU_OK(cudaStreamSynchronize(stream_of(*g, r)));
     }
     GPU_OK(cudaSetDevice(0));
+  }
+}
+
+// Rounds per call (communicator::rounds()): with 64 KiB of staging a large out-of-place call of ranks
+// that all share one GPU reads every input in place, keeps nothing in staging and runs in one round
+// (one_shot all_reduce, direct reduce_scatter, all_gather, broadcast and reduce); an in-place rank
+// stages its input and a schedule with windows (two_shot) keeps them in staging, so those run as many
+// rounds as staging bounds, as do ranks on two GPUs (each GPU's launch serves only its own ranks).
+TEST_CASE("gpu in-place reads: ranks of one GPU run a large out-of-place call in one round, staged calls in many") {
+  const int n = 2;
+  const std::size_t count = 100000;
+  const std::size_t staging = std::size_t{64} << 10, half = staging / 2; // 4 KiB pages: the half as asked
+  const std::uint64_t staged_rounds =
+      braid::schedule::nrounds(count, braid::schedule::per_round<braid::schedule::one_shot, float>(collective::all_reduce, n, half));
+  REQUIRE(staged_rounds > 8);
+  int ndev = 0;
+  GPU_OK(cudaGetDeviceCount(&ndev));
+  for (const bool two_gpus : {false, true}) {
+    if (two_gpus && ndev < 2) {
+      MESSAGE("one GPU: the two-GPU layout is not run");
+      continue;
+    }
+    CAPTURE(two_gpus);
+    const std::vector<int> devs = two_gpus ? std::vector<int>{0, 1} : std::vector<int>{0, 0};
+    auto g = gt::make_group(devs, sweep_timeout(), staging, sweep_threads());
+    float_buffers b(n, count * n, devs); // room for every collective's blocks
+    b.count = count;
+    // Rounds each rank's kernels run for one call of every rank (rank r's call from make(r)).
+    auto rounds_of = [&](auto make) {
+      std::vector<std::uint64_t> before(n), used(n);
+      for (int r = 0; r < n; ++r) before[static_cast<std::size_t>(r)] = gt::rounds(*g, r);
+      {
+        gt::bracket one_thread;
+        for (int r = 0; r < n; ++r) gt::enqueue(*g, r, make(r));
+      }
+      for (int r = 0; r < n; ++r) {
+        GPU_OK(cudaStreamSynchronize(stream_of(*g, r)));
+        gt::check(*g, r);
+        used[static_cast<std::size_t>(r)] = gt::rounds(*g, r) - before[static_cast<std::size_t>(r)];
+      }
+      CHECK(used[0] == used[1]);
+      return used[0];
+    };
+    std::string first;
+    // one_shot all_reduce, out of place on every rank: one round on one GPU.
+    upload_inputs(b, 1, false);
+    const std::uint64_t out_of_place = rounds_of([&](int r) {
+      gt::call c = float_all_reduce(b.in[static_cast<std::size_t>(r)], b.out[static_cast<std::size_t>(r)], count);
+      c.algorithm = algo::one_shot;
+      return c;
+    });
+    CHECK(out_of_place == (two_gpus ? staged_rounds : 1));
+    CHECK_MESSAGE(count_wrong_sums(b, 1, first) == 0, first);
+    // Rank 0 in place: its input is staged, so every rank runs the staged rounds.
+    upload_inputs(b, 2, false);
+    GPU_OK(cudaMemcpy(b.out[0], b.in[0], count * sizeof(float), cudaMemcpyDeviceToDevice));
+    const std::uint64_t one_in_place = rounds_of([&](int r) {
+      const std::size_t ur = static_cast<std::size_t>(r);
+      gt::call c = float_all_reduce(r == 0 ? b.out[0] : b.in[ur], b.out[ur], count);
+      c.algorithm = algo::one_shot;
+      return c;
+    });
+    CHECK(one_in_place == staged_rounds);
+    CHECK_MESSAGE(count_wrong_sums(b, 2, first) == 0, first);
+    // two_shot keeps its reduced chunks in staging windows: many rounds.
+    upload_inputs(b, 3, false);
+    const std::uint64_t windows = rounds_of([&](int r) {
+      gt::call c = float_all_reduce(b.in[static_cast<std::size_t>(r)], b.out[static_cast<std::size_t>(r)], count);
+      c.algorithm = algo::two_shot;
+      return c;
+    });
+    CHECK(windows > 1);
+    CHECK_MESSAGE(count_wrong_sums(b, 3, first) == 0, first);
+    // direct: every collective but all_reduce keeps no windows (their results: the sweeps).
+    for (const collective coll : {collective::reduce_scatter, collective::all_gather, collective::broadcast, collective::reduce}) {
+      CAPTURE(static_cast<int>(coll));
+      const std::uint64_t used = rounds_of([&](int r) {
+        gt::call c = float_all_reduce(b.in[static_cast<std::size_t>(r)], b.out[static_cast<std::size_t>(r)], count);
+        c.coll = coll;
+        c.algorithm = algo::direct;
+        return c;
+      });
+      if (two_gpus) CHECK(used > 1);
+      else CHECK(used == 1);
+    }
   }
 }
 

@@ -76,6 +76,17 @@ public:
   // Raises the error a kernel of this group recorded (timeout, abort), if any: it names the rank that
   // gave up, the peer it waited for and its call (collective and sequence number) where known.
   void check() const { detail::raise_recorded(live().abort, error_context{rank_, nullptr, 0, -1}); }
+  // The rounds this rank's collective kernels have run. A call runs in rounds of what the staging
+  // halves hold; one whose every rank reads its peers' inputs in place and keeps nothing in staging
+  // (the ranks all on one GPU, out-of-place calls, one_shot or direct) runs in one round whatever its
+  // size. Read from the device's round counter: call it once the rank's stream has finished.
+  std::uint64_t rounds() const {
+    const detail::rank_memory& rm = live().ranks[static_cast<std::size_t>(rank_)];
+    cuda_detail::device_guard dg(rm.device);
+    std::uint64_t v = 0;
+    BRAID_CUDA_CHECK(cudaMemcpy(&v, rm.view.round, sizeof v, cudaMemcpyDeviceToHost));
+    return v;
+  }
   // Makes every kernel of the group return at its next check (within microseconds), and every rank
   // waiting in send or recv raise aborted_error at once.
   void abort() {
@@ -364,7 +375,8 @@ private:
       const cuda_detail::out_order order =
           in_place ? cuda_detail::in_place_out_order<T>(c, in, out, count, la.per_round, static_cast<unsigned>(g.threads))
                    : cuda_detail::out_order::none; // in place is always staged
-      const cuda_detail::rank_call mine{r, order, in, out, zero_copy ? static_cast<std::uint64_t>(lo(in)) : 0, word, ctx.seq};
+      const cuda_detail::rank_call mine{r, order, cuda_detail::uses_staging<S, T>(c, n, r, root, count, zero_copy), in, out,
+                                        zero_copy ? static_cast<std::uint64_t>(lo(in)) : 0, word, ctx.seq};
       auto kernel = &cuda_detail::collective_kernel<S, T, Op>;
       const detail::call_signature sig{c, count, root, sizeof(T), reinterpret_cast<const void*>(kernel)};
       const auto& set = g.sets[static_cast<std::size_t>(g.set_of[static_cast<std::size_t>(r)])];

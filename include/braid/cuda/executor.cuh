@@ -111,6 +111,10 @@ inline out_order in_place_out_order(collective c, const void* in, const void* ou
 struct rank_call {
   int rank;
   out_order order_out; // in place with a staged input: see out_order
+  // This rank's part of the call touches its staging halves (it stages its input, or the schedule
+  // keeps windows there). Read on the host only: when no part of a launch that serves the whole
+  // group does, the launch runs the call as one round (one_round_when_unstaged, launcher.cuh).
+  bool uses_staging;
   const void* in;
   void* out;
   std::uint64_t in_desc; // non-zero: peers read `in` in place (zero-copy)
@@ -123,6 +127,21 @@ struct rank_call {
   // when the kernel records a failure, so that check() names the call that failed.
   std::uint64_t seq;
 };
+
+// rank_call::uses_staging for rank r's part of a call of `count` elements per block under schedule S:
+// the schedule keeps windows in the staging halves, or the rank publishes an input that its peers do
+// not read in place (`input_read_in_place`: rank_call::in_desc is set).
+template <class S, class T>
+inline bool uses_staging(collective c, int n, int r, int root, std::uint64_t count, bool input_read_in_place) {
+  if (S::nphases(c, n) > 0) return true;
+  if (input_read_in_place) return false;
+  const std::uint32_t P = S::nchunks(c, n, schedule::pipeline_chunks<T>(count));
+  const schedule::chunk_map<T> map(c, n, r, root, count, count);
+  const schedule::args sa{c, n, r, root, P};
+  for (std::uint32_t k = 0; k < P; ++k)
+    if (map.stages(k, S::in_published(sa, k))) return true;
+  return false;
+}
 
 // What a launch on one GPU needs: the call, and the part of every rank of the group on that GPU.
 struct launch_args {

@@ -182,6 +182,17 @@ inline void launch_locked(device_set& ds, pending_call& c, cudaStream_t stream,
   c.launched = true;
 }
 
+// A launch that serves every rank of the group (all of them on this GPU) and of which no part touches
+// staging memory (rank_call::uses_staging: every input is read in place, the schedule keeps no
+// windows) runs its call as one round: staging bounds a round only through what it holds there.
+inline void one_round_when_unstaged(cuda_detail::launch_args& a) {
+  if (a.local != a.nranks || a.rounds <= 1) return;
+  for (int i = 0; i < a.local; ++i)
+    if (a.calls[i].uses_staging) return;
+  a.per_round = a.count;
+  a.rounds = 1;
+}
+
 [[noreturn]] inline void raise_failed(const pending_call& c, const error_context& ctx) {
   raise(c.failure_code, c.failure, ctx);
 }
@@ -429,6 +440,7 @@ inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<devi
   ++c->arrived;
   if (c->arrived == L) {
     ds.calls.erase(seq);
+    one_round_when_unstaged(c->args);
     try {
       launch_locked(ds, *c, stream, launch, ctx);
     } catch (...) {

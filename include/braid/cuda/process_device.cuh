@@ -153,7 +153,7 @@ void device_call(process_state& s, const T* in, T* out, std::size_t count, int r
                                                                       d.abort.rec(), s.opts.base.timeout, ctx);
     const cuda_detail::out_order order = sh.in_place ? cuda_detail::in_place_out_order<T>(c, in, out, count, la.per_round, d.threads)
                                                      : cuda_detail::out_order::none; // inputs are always staged
-    const cuda_detail::rank_call mine{r, order, in, out, 0, word, ctx.seq};
+    const cuda_detail::rank_call mine{r, order, true, in, out, 0, word, ctx.seq}; // staged: peers read it from staging
     auto kernel = &cuda_detail::collective_kernel<S, T, Op>;
     if (!d.loaded.count(reinterpret_cast<const void*>(kernel))) {
       detail::check_resident(kernel, s.device, static_cast<int>(d.threads), d.blocks, "process_options::reduce_blocks",
