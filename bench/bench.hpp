@@ -115,6 +115,7 @@ struct config {
   bool inject_fault = false; // tests the checker: the last rank flips a bit of its output
   bool kernel = false;       // --kernel (CUDA): the reduce-copy loop alone against cudaMemcpy
   bool enqueue_time = false; // --enqueue-time (CUDA): the host's time from a call to its return, per call
+  bool graph = false;        // --graph (CUDA): n calls captured once in CUDA graphs, their replays timed
   int bind = -1;             // --bind (procs): 1 core, 0 none, -1 auto (core when ranks <= usable CPUs, as mpirun)
   bool cuda_procs = false;   // --procs N (cuda, nccl): ranks are processes (braid::cuda::process_communicator, NCCL)
   int cuda_blocks = 0;       // --blocks N (cuda): group_options::max_blocks_per_rank (0: its default)
@@ -483,6 +484,7 @@ struct half_result {
   bool valid = false; // false: N/A (no in-place form)
   double time_us = 0, algbw = 0, busbw = 0;
   double enqueue_us = -1; // --enqueue-time: host time from the call to its return (every rank's part), per call
+  double graph_us = -1;   // --graph: time per call of n calls captured in CUDA graphs, replayed
   std::int64_t wrong = 0;
   bool checked = false;
 };
@@ -607,6 +609,11 @@ public:
       // --enqueue-time: below its row, the host's time in the calls (out-of-place, in-place).
       auto us = [&](const half_result& h) { return !h.valid || h.enqueue_us < 0 ? std::string("N/A") : untimed_ ? std::string("-") : fmt_num(h.enqueue_us, 7); };
       std::printf("#%11" PRIu64 "  enqueue (host us per call, every rank's part): %s  %s\n", size, us(oop).c_str(), us(ip).c_str());
+    }
+    if (oop.graph_us >= 0 || ip.graph_us >= 0) {
+      // --graph: below its row, the time per call of the calls captured in CUDA graphs and replayed.
+      auto us = [&](const half_result& h) { return !h.valid || h.graph_us < 0 ? std::string("N/A") : untimed_ ? std::string("-") : fmt_num(h.graph_us, 7); };
+      std::printf("#%11" PRIu64 "  graph (us per call, n calls captured, replays timed): %s  %s\n", size, us(oop).c_str(), us(ip).c_str());
     }
     std::fflush(stdout);
     if (csv_) {

@@ -78,6 +78,8 @@ void print_help(const char* argv0) {
       "      --threads N       with --backend cuda: threads per block, 32..512 [512]\n"
       "      --enqueue-time    with --backend cuda or nccl: also the host's time from a call to its return\n"
       "                        (every rank's part of it), per call, beside the time per call\n"
+      "      --graph           with --backend cuda or nccl: also n calls captured once in CUDA\n"
+      "                        graphs (one per GPU; NCCL: one), replayed 3 times: time per call\n"
       "      --kernel          with --backend cuda: time the reduce-copy loop of the kernels\n"
       "                        alone (copy, sum of 2) against cudaMemcpy, sizes -b..-e\n"
       "      --inject-fault    test the checker: the last rank flips one bit of its result\n"
@@ -180,6 +182,10 @@ int parse_args(int argc, char** argv, config& cfg) {
     }
     if (a == "--enqueue-time") {
       cfg.enqueue_time = true;
+      continue;
+    }
+    if (a == "--graph") {
+      cfg.graph = true;
       continue;
     }
     if (a == "--kernel") {
@@ -298,6 +304,8 @@ int parse_args(int argc, char** argv, config& cfg) {
   if (cfg.kernel && cfg.backend != backend_kind::cuda) return bad("--kernel needs --backend cuda");
   if (cfg.enqueue_time && ((cfg.backend != backend_kind::cuda && cfg.backend != backend_kind::nccl) || cfg.cuda_procs || cfg.kernel))
     return bad("--enqueue-time times the one-process CUDA harness: --backend cuda or nccl, without --procs or --kernel");
+  if (cfg.graph && ((cfg.backend != backend_kind::cuda && cfg.backend != backend_kind::nccl) || cfg.cuda_procs || cfg.kernel))
+    return bad("--graph captures the one-process CUDA harness: --backend cuda or nccl, without --procs or --kernel");
   if ((cfg.cuda_blocks || cfg.cuda_threads) && (cfg.backend != backend_kind::cuda || cfg.cuda_procs || cfg.kernel))
     return bad("--blocks and --threads shape the one-process CUDA group: --backend cuda without --procs or --kernel");
   if (cfg.cuda_procs && cfg.backend != backend_kind::cuda && cfg.backend != backend_kind::nccl)

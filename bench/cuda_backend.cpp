@@ -13,6 +13,9 @@
 // synchronised, time = wall time / n. Check (-c 1): pattern inputs, poisoned outputs with 64 guard
 // bytes each side, one call, every rank's output copied back and compared with the host reference of
 // bench.hpp, inputs unchanged, guards intact, replicated results bit-identical to rank 0's.
+// --enqueue-time adds the host's time inside the calls (a pass of its own); --graph captures n calls
+// in CUDA graphs (braid: one per GPU, its ranks on one stream; NCCL: one, the ranks' streams forked
+// from rank 0's) and times 3 replays after an untimed one, so host cost and GPU cost are told apart.
 //
 // --procs N: N forked processes, one braid::cuda::process_communicator each (rank r on GPU r % device
 // count), all_reduce of float with sum only. Calls are blocking there, so time = wall time of n calls
@@ -90,12 +93,63 @@ public:
   virtual bool has(collective c, dtype t, op_kind k, algo a) const = 0;
   virtual void launch(const std::vector<gt::call>& calls) = 0;
   virtual void sync() = 0; // every rank's stream; raises the library's error, if any
+  // --graph: captures `n` calls (every rank's part of each) in CUDA graphs once, replays them once
+  // untimed and then `replays` times; returns the wall time per call of the timed replays, in µs.
+  virtual double graph_us(const std::vector<gt::call>& calls, int n, int replays) = 0;
+
+protected:
+  // Instantiates what the captures on `streams` (begun by the caller, on their devices) hold once
+  // `enqueue` has run, times the replays and destroys the graphs. A failure ends every capture first.
+  double capture_and_time(const std::vector<cudaStream_t>& streams, const std::vector<int>& devices,
+                          const std::function<void()>& enqueue, int n, int replays) {
+    std::vector<cudaGraphExec_t> execs(streams.size(), nullptr);
+    auto end_all = [&](bool keep) {
+      for (std::size_t k = 0; k < streams.size(); ++k) {
+        cudaSetDevice(devices[k]);
+        cudaGraph_t gr = nullptr;
+        const cudaError_t e = cudaStreamEndCapture(streams[k], &gr);
+        if (keep) ok(e, "cudaStreamEndCapture");
+        if (keep && gr) ok(cudaGraphInstantiate(&execs[k], gr, 0), "cudaGraphInstantiate");
+        if (gr) cudaGraphDestroy(gr);
+      }
+    };
+    auto destroy = [&] {
+      for (cudaGraphExec_t x : execs)
+        if (x) cudaGraphExecDestroy(x);
+    };
+    try {
+      enqueue();
+    } catch (...) {
+      end_all(false);
+      throw;
+    }
+    try {
+      end_all(true);
+      auto replay = [&] {
+        for (std::size_t k = 0; k < streams.size(); ++k) {
+          ok(cudaSetDevice(devices[k]), "cudaSetDevice");
+          ok(cudaGraphLaunch(execs[k], streams[k]), "cudaGraphLaunch");
+        }
+      };
+      replay();
+      sync();
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < replays; ++i) replay();
+      sync();
+      const auto t1 = std::chrono::steady_clock::now();
+      destroy();
+      return std::chrono::duration<double, std::micro>(t1 - t0).count() / (static_cast<double>(replays) * n);
+    } catch (...) {
+      destroy();
+      throw;
+    }
+  }
 };
 
 class braid_engine final : public engine {
 public:
   braid_engine(const std::vector<int>& devices, std::chrono::nanoseconds timeout, int threads, int max_blocks)
-      : g_(gt::make_group(devices, timeout, 0, threads, max_blocks)) {
+      : devices_(devices), g_(gt::make_group(devices, timeout, 0, threads, max_blocks)) {
     std::printf("# grid: %d blocks of %d threads per rank\n", gt::blocks_per_rank(*g_), gt::threads_per_block(*g_));
   }
   const char* name() const override { return "cuda"; }
@@ -112,8 +166,37 @@ public:
     for (int r = 0; r < n; ++r) ok(cudaStreamSynchronize(static_cast<cudaStream_t>(gt::stream(*g_, r))), "cudaStreamSynchronize");
     for (int r = 0; r < n; ++r) gt::check(*g_, r);
   }
+  // One capture per GPU, on its first rank's stream: inside a capture the ranks of a GPU enqueue on one
+  // stream (the launch layer's rule), so every rank's calls go there.
+  double graph_us(const std::vector<gt::call>& calls, int n, int replays) override {
+    std::vector<gt::call> on(calls);
+    std::vector<cudaStream_t> streams;
+    std::vector<int> devs;
+    for (std::size_t r = 0; r < on.size(); ++r) {
+      const auto first = static_cast<std::size_t>(std::find(devices_.begin(), devices_.end(), devices_[r]) - devices_.begin());
+      on[r].stream = gt::stream(*g_, static_cast<int>(first));
+      if (first == r) {
+        streams.push_back(static_cast<cudaStream_t>(on[r].stream));
+        devs.push_back(devices_[r]);
+      }
+    }
+    for (std::size_t k = 0; k < streams.size(); ++k) {
+      ok(cudaSetDevice(devs[k]), "cudaSetDevice");
+      if (const cudaError_t e = cudaStreamBeginCapture(streams[k], cudaStreamCaptureModeThreadLocal); e != cudaSuccess) {
+        for (std::size_t j = 0; j < k; ++j) {
+          cudaGraph_t gr = nullptr;
+          cudaSetDevice(devs[j]);
+          cudaStreamEndCapture(streams[j], &gr);
+          if (gr) cudaGraphDestroy(gr);
+        }
+        ok(e, "cudaStreamBeginCapture");
+      }
+    }
+    return capture_and_time(streams, devs, [&] { for (int i = 0; i < n; ++i) launch(on); }, n, replays);
+  }
 
 private:
+  std::vector<int> devices_;
   std::shared_ptr<gt::group> g_;
 };
 
@@ -175,7 +258,7 @@ void nccl_ok(ncclResult_t e, const char* what) {
 
 class nccl_engine final : public engine {
 public:
-  explicit nccl_engine(const std::vector<int>& devices) {
+  explicit nccl_engine(const std::vector<int>& devices) : devices_(devices) {
     const int n = static_cast<int>(devices.size());
     int v = 0;
     ncclGetVersion(&v);
@@ -247,8 +330,46 @@ public:
       nccl_ok(async, "NCCL asynchronous error");
     }
   }
+  // One capture on rank 0's stream; every other rank's stream forks from it (an event) and joins it
+  // again at the end, as a multi-stream capture must.
+  double graph_us(const std::vector<gt::call>& calls, int n, int replays) override {
+    const std::size_t R = streams_.size();
+    std::vector<cudaEvent_t> ev(R, nullptr);
+    auto free_events = [&] {
+      for (std::size_t r = 0; r < R; ++r)
+        if (ev[r]) {
+          cudaSetDevice(devices_[r]);
+          cudaEventDestroy(ev[r]);
+        }
+    };
+    try {
+      for (std::size_t r = 0; r < R; ++r) {
+        ok(cudaSetDevice(devices_[r]), "cudaSetDevice");
+        ok(cudaEventCreateWithFlags(&ev[r], cudaEventDisableTiming), "cudaEventCreate");
+      }
+      ok(cudaSetDevice(devices_[0]), "cudaSetDevice");
+      ok(cudaStreamBeginCapture(streams_[0], cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+      const double us = capture_and_time({streams_[0]}, {devices_[0]}, [&] {
+        ok(cudaEventRecord(ev[0], streams_[0]), "cudaEventRecord (fork)");
+        for (std::size_t r = 1; r < R; ++r) ok(cudaStreamWaitEvent(streams_[r], ev[0], 0), "cudaStreamWaitEvent (fork)");
+        for (int i = 0; i < n; ++i) launch(calls);
+        for (std::size_t r = 1; r < R; ++r) {
+          ok(cudaSetDevice(devices_[r]), "cudaSetDevice");
+          ok(cudaEventRecord(ev[r], streams_[r]), "cudaEventRecord (join)");
+          ok(cudaSetDevice(devices_[0]), "cudaSetDevice");
+          ok(cudaStreamWaitEvent(streams_[0], ev[r], 0), "cudaStreamWaitEvent (join)");
+        }
+      }, n, replays);
+      free_events();
+      return us;
+    } catch (...) {
+      free_events();
+      throw;
+    }
+  }
 
 private:
+  std::vector<int> devices_;
   std::vector<ncclComm_t> comms_;
   std::vector<cudaStream_t> streams_;
 
@@ -403,7 +524,7 @@ private:
     auto once = [&] { e_.launch(calls); };
     fill_inputs();
 
-    double time_us = 0, enqueue_us = -1;
+    double time_us = 0, enqueue_us = -1, graph = -1;
     if (cfg_.iters > 0) {
       for (int i = 0; i < cfg_.warmup; ++i) once();
       e_.sync();
@@ -424,6 +545,7 @@ private:
         e_.sync();
         enqueue_us = in_calls / cfg_.iters;
       }
+      if (cfg_.graph) graph = e_.graph_us(calls, cfg_.iters, 3);
     }
 
     std::int64_t wrong = 0;
@@ -484,6 +606,7 @@ private:
     }
     half_result h = out_.finish(c, shown, time_us, wrong, cfg_.check > 0);
     h.enqueue_us = enqueue_us;
+    h.graph_us = graph;
     return h;
   }
 };

@@ -14,6 +14,9 @@
 #   test    the GPU regression: test_gpu, test_gpu_procs (170 s; 2.5 min: 2026-11-27's H200 run)
 #   nccl    braid and NCCL, all_reduce float sum, 2 ranks on the one GPU, 8 B-256 MiB, -c 1 (150 s; 2 min)
 #   ranks   braid alone at 4 and 8 ranks, same sizes (120 s; 1.5 min)
+#   rounds  braid at 2 ranks, 32-256 MiB, default staging (8 MiB) against 64 MiB: out-of-place calls of
+#           ranks on one GPU run one round now, so the two should match (docs/gpu-kernels.md predicts
+#           71 us at 32 MiB, 506 us at 256 MiB); in place stays staged (40 s; 0.5 min)
 #   torch   braid_torch built there against the image's torch (16 cores), its CUDA tests:
 #           python/tests/test_cuda.py (240 s; 3 min, the build about 1 of them: 3 on 2 cores here)
 #   mps     the process device path on the one GPU under CUDA MPS, where nvidia-cuda-mps-control
@@ -21,11 +24,13 @@
 #           --procs 2 and 4 with BRAID_TEST_SHARED_GPU_DEVICE_PATH=1 (the test-only opt-in that takes
 #           the device path where processes share a GPU), -c 1, BRAID_TIMEOUT=20; the daemon quit on
 #           every exit path; compute mode read before and after, never set (120 s; 1.5 min)
-# Sum of the expected minutes: 10.5, plus the start: about 12.5 of the window's 15.
+# Every timed row also prints --enqueue-time's host time and --graph's replay time per call.
+# Sum of the expected minutes: 11.5, plus the start: about 13 of the window's 15 (drop torch or mps
+# if the start is slow).
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 cd "$repo" || exit 2
-steps=",${1:-test,nccl,ranks,torch,mps},"
+steps=",${1:-test,nccl,ranks,rounds,torch,mps},"
 out=${OUT:-$repo/bench/results}
 mkdir -p "$out"
 log=$out/gpu-plan.log
@@ -56,7 +61,7 @@ bench_bin="$dir/build-gpu-check/bench/braid-bench"
 # shellcheck source=gpu-prebuilt.sh
 GPU_PREBUILT_SOURCED=1 . "$repo/bench/gpu-prebuilt.sh"
 pack_env "$dir" >>"$log"
-sizes=(-d float -o sum -b 8 -e 256M -f 4 -n 20 -w 5 -c 1 --enqueue-time)
+sizes=(-d float -o sum -b 8 -e 256M -f 4 -n 20 -w 5 -c 1 --enqueue-time --graph)
 
 if want nccl; then
   # Interleaved: braid, NCCL, braid, NCCL, 2 ranks on GPU 0 (one process; NCCL's ranks share the GPU
@@ -75,6 +80,13 @@ fi
 if want ranks; then
   for np in 4 8; do
     run "braid $np ranks" 60 env BRAID_TIMEOUT=30 "$bench_bin" all_reduce "${sizes[@]}" -np "$np" --backend cuda
+  done
+fi
+
+if want rounds; then
+  for staging in 8M 64M; do
+    run "braid rounds, staging $staging" 20 env BRAID_TIMEOUT=30 BRAID_STAGING_BYTES=$staging "$bench_bin" all_reduce -d float -o sum \
+      -b 32M -e 256M -f 8 -n 20 -w 5 -c 1 -np 2 --backend cuda
   done
 fi
 
