@@ -452,7 +452,7 @@ inline communicator communicator::join(const unique_id& id, int rank, int nranks
   if (rank < 0 || rank >= nranks)
     raise(errc::invalid_argument, "join: rank " + std::to_string(rank) + " out of range [0, " + std::to_string(nranks) + ")");
   if (nranks == 1) {
-    const auto layout = host::segment_layout::make(1, opts.staging_bytes / 2, opts.p2p_bytes);
+    const auto layout = host::segment_layout::make(1, braid::detail::staging_half_bytes(opts.staging_bytes), opts.p2p_bytes);
     auto mem = std::make_shared<host::mapped_memory>(host::mapped_memory::anonymous(layout.total));
     host::segment_view{mem->data(), layout}.initialize();
     return make(std::move(mem), layout, 0, 1, host::rank_mode::processes, opts);
@@ -461,7 +461,7 @@ inline communicator communicator::join(const unique_id& id, int rank, int nranks
   // peer is rank 0. The joining barrier is part of the join, not a call of the user's.
   const error_context in_join{rank, "rendezvous", 0, rank == 0 ? -1 : 0};
   try {
-    const std::uint64_t half = opts.staging_bytes / 2, p2p = opts.p2p_bytes;
+    const std::uint64_t half = braid::detail::staging_half_bytes(opts.staging_bytes), p2p = opts.p2p_bytes;
     auto res = host::rendezvous(id, rank, nranks, half, p2p,
                                 [&](int n) { return host::segment_layout::make(static_cast<std::uint32_t>(n), half, p2p).total; },
                                 [&](std::byte* base) {

@@ -50,13 +50,13 @@ struct rank_segment {
   std::size_t half_bytes = 0;    // each staging half
   std::size_t bytes() const { return control_bytes + 2 * half_bytes; }
 
-  // `staging_bytes` is both halves together, as options::staging_bytes; each half is rounded up to
-  // whole 4 KiB pages and is at least `min_half`.
+  // `staging_bytes` is both halves together, as options::staging_bytes; each half is
+  // braid::detail::staging_half_bytes of it (at least `min_half`, whole 4 KiB pages).
   static rank_segment make(std::size_t staging_bytes, std::size_t min_half = 0) {
     const auto pages = [](std::size_t b) { return (b + 4095) / 4096 * 4096; };
     rank_segment l;
     l.control_bytes = pages(arrivals_at + (2 * (max_steps + 2) + 1) * sizeof(u64));
-    l.half_bytes = pages(staging_bytes / 2 > min_half ? staging_bytes / 2 : min_half);
+    l.half_bytes = braid::detail::staging_half_bytes(staging_bytes, min_half);
     return l;
   }
   // The kernel's view of a segment at `base` (this GPU's address of it).

@@ -20,7 +20,7 @@ public:
   explicit thread_group(int nranks, const options& opts = options::from_env()) : nranks_(nranks), opts_(opts) {
     if (nranks < 1 || nranks > static_cast<int>(wire::max_ranks))
       raise(errc::invalid_argument, "thread_group: nranks " + std::to_string(nranks) + " out of range");
-    layout_ = host::segment_layout::make(static_cast<std::uint32_t>(nranks), opts.staging_bytes / 2, opts.p2p_bytes);
+    layout_ = host::segment_layout::make(static_cast<std::uint32_t>(nranks), braid::detail::staging_half_bytes(opts.staging_bytes), opts.p2p_bytes);
     mem_ = std::make_shared<host::mapped_memory>(host::mapped_memory::anonymous(layout_.total));
     host::segment_view{mem_->data(), layout_}.initialize();
     made_.assign(static_cast<std::size_t>(nranks), false);

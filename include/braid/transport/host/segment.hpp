@@ -110,6 +110,8 @@ struct segment_layout {
   std::uint64_t half_bytes = 0, p2p_bytes = 0;
   std::uint64_t ranks_off = 0, pairs_off = 0, staging_off = 0, staging_stride = 0, total = 0;
 
+  // `half`: each staging half, braid::detail::staging_half_bytes of options::staging_bytes (a
+  // joining rank takes the creator's, which the rendezvous hands on); whole pages either way.
   static segment_layout make(std::uint32_t n, std::uint64_t half, std::uint64_t p2p) {
     segment_layout l;
     l.nranks = n;
