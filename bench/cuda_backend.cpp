@@ -3,7 +3,7 @@
 // host thread (rank r on GPU r % device count; with one GPU every rank shares it — NCCL needs
 // NCCL_MULTI_RANK_GPU_ENABLE=1, from 2.30, for that).
 //
-// Host-compiled: braid's kernels come from the GPU tests' launch layer (tests/cuda/launch.hpp), so this
+// Host-compiled: braid's kernels come from the launch layer (bench/launch/launch.hpp, shared with the GPU tests), so this
 // adds no nvcc work. That layer instantiates all_reduce with sum for every type and float with every
 // operator for every collective; other (collective, type, operator) rows print "not instantiated".
 //
@@ -21,8 +21,8 @@
 // count), all_reduce of float with sum only. Calls are blocking there, so time = wall time of n calls
 // / n, max over ranks; check: inputs r + 1 + i % 7, every element of every rank compared exactly.
 #include "bench.hpp"
-#include "cuda/launch.hpp"
-#include "cuda/launch_procs.hpp"
+#include "launch/launch.hpp"
+#include "launch/launch_procs.hpp"
 
 #include <braid/launch/fork.hpp>
 
@@ -44,7 +44,7 @@
 namespace braid_bench {
 namespace {
 
-namespace gt = braid::gpu_test;
+namespace gt = braid::gpu_launch;
 
 struct cuda_failure : std::runtime_error {
   using std::runtime_error::runtime_error;

@@ -63,7 +63,7 @@
 
 namespace {
 
-namespace gt = braid::gpu_test;
+namespace gt = braid::gpu_launch;
 using braid::algo;
 using braid::collective;
 using braid::dtype;

@@ -97,7 +97,7 @@ bool check_case(gp::comm& c, int n, int r, collective coll, op_kind k, std::size
   std::vector<T> host_in(in_n);
   for (std::size_t i = 0; i < in_n; ++i) host_in[i] = braid::testing::input_value<T>(coll, k, r, count, i);
   if (in_n) gp::to_device(in, host_in.data(), in_n * sizeof(T));
-  braid::gpu_test::call call;
+  braid::gpu_launch::call call;
   call.coll = coll;
   call.algorithm = algorithm;
   call.type = braid::dtype_of_v<T>;
@@ -122,8 +122,8 @@ bool check_case(gp::comm& c, int n, int r, collective coll, op_kind k, std::size
 }
 
 // A float all_reduce call (sum) of `count` elements.
-braid::gpu_test::call float_all_reduce(const void* in, void* out, std::size_t count) {
-  braid::gpu_test::call call;
+braid::gpu_launch::call float_all_reduce(const void* in, void* out, std::size_t count) {
+  braid::gpu_launch::call call;
   call.coll = collective::all_reduce;
   call.type = dtype::float32;
   call.in = in;
@@ -403,7 +403,7 @@ TEST_CASE("device path: reduction orders of process_communicator (host and devic
           for (std::size_t i = 0; i < in_n; ++i) h[i] = ord::value(r, i);
           gp::to_device(din, h.data(), in_n * sizeof(float));
           gp::dev_fill(dout, 0, count * sizeof(float));
-          braid::gpu_test::call call;
+          braid::gpu_launch::call call;
           call.coll = k.coll;
           call.algorithm = k.a;
           call.in = din;
@@ -605,7 +605,7 @@ TEST_CASE("host path: rounds staged ahead, host round trips per call, a long wai
       // i % 7: a period prime to a round's length, so a slice of another round differs from the right one.
       for (std::size_t i = 0; i < h.size(); ++i) h[i] = static_cast<float>(r + 1 + static_cast<int>(i % 7));
       gp::to_device(in, h.data(), h.size() * sizeof(float));
-      braid::gpu_test::call call = float_all_reduce(in, out, count);
+      braid::gpu_launch::call call = float_all_reduce(in, out, count);
       call.coll = collective::reduce_scatter;
       const auto L = braid::cuda::ipc_detail::fit_layout(collective::reduce_scatter, n, sizeof(float), half, count);
       const std::uint64_t R = (count + L.per - 1) / L.per;
@@ -692,7 +692,7 @@ TEST_CASE("device path: mismatched calls raise mismatch_error on every rank") {
         if (kind == 0) {
           gp::run(*c, float_all_reduce(p, p, r == 0 ? count : count / 2));
         } else {
-          braid::gpu_test::call b = float_all_reduce(p, p, count);
+          braid::gpu_launch::call b = float_all_reduce(p, p, count);
           b.coll = collective::broadcast;
           b.root = r;
           gp::enqueue(*c, b);
@@ -784,7 +784,7 @@ TEST_CASE("a killed process makes every survivor raise within the deadline") {
     const std::size_t count = 1 << 20;
     void* p = gp::dev_alloc(count * sizeof(float));
     gp::dev_fill(p, 0, count * sizeof(float));
-    const braid::gpu_test::call call = float_all_reduce(p, p, count);
+    const braid::gpu_launch::call call = float_all_reduce(p, p, count);
     for (int i = 0;; ++i) {
       if (r == 2 && i == 5) ::raise(SIGKILL);
       try {
@@ -944,9 +944,9 @@ int main(int argc, char** argv) {
     if (i > 0 && std::strcmp(argv[i], "--timing") == 0) timing = true;
     else args.push_back(argv[i]);
   }
-  if (timing && braid::gpu_test::emulated()) {
+  if (timing && braid::gpu_launch::emulated()) {
     std::printf("SKIPPED: the overlap bar is a timing bar and needs a real GPU; this build runs on the %s\n",
-                braid::gpu_test::device_kind());
+                braid::gpu_launch::device_kind());
     return 77;
   }
   // Counting devices initialises CUDA; do it in a child so this process can still fork ranks.
@@ -957,7 +957,7 @@ int main(int argc, char** argv) {
     std::printf("SKIPPED: no CUDA device (the probe child found none): test_gpu_procs did not run\n");
     return 77;
   }
-  std::printf("test_gpu_procs: running on the %s; %d device(s); ranks on %s\n", braid::gpu_test::device_kind(), g_devices,
+  std::printf("test_gpu_procs: running on the %s; %d device(s); ranks on %s\n", braid::gpu_launch::device_kind(), g_devices,
               std::getenv("BRAID_GPU_PROCS_DEVICES") ? "the devices BRAID_GPU_PROCS_DEVICES names" : "device 0");
   doctest::Context ctx(static_cast<int>(args.size()), args.data());
   ctx.addFilter(timing ? "test-suite" : "test-suite-exclude", "timing");

@@ -2,7 +2,7 @@
 """Static checks of braid's CUDA kernels, standing in for a profiler where no GPU runs them.
 
 Reads the sm_90 objects the build compiled (braid_cuda_launch: launch_sum.cu with launch_procs_narrow.cu,
-launch_float.cu with launch_procs_wide.cu, and launch_procs.cu; tests/cuda/launch.cmake) with cuobjdump
+launch_float.cu with launch_procs_wide.cu, and launch_procs.cu; bench/launch/launch.cmake) with cuobjdump
 and nvdisasm, and asserts, for every kernel whose name matches
 KERNELS below:
 
@@ -39,7 +39,7 @@ import time
 
 # Kernels checked: demangled name prefixes.
 KERNELS = re.compile(r"(braid::cuda_detail::collective_kernel|braid::cuda::ipc_detail::reduce_kernel|"
-                     r"braid::gpu_test::(\(anonymous namespace\)::)?reduce_copy_kernel)<")
+                     r"braid::gpu_launch::(\(anonymous namespace\)::)?reduce_copy_kernel)<")
 
 # 16-byte loads per source that reduce_copy issues before it uses one: reduce_copy_unroll<T, Op> in
 # include/braid/cuda/reduce_copy.cuh, by element type. Types summed in a wider accumulator (float)
@@ -129,8 +129,8 @@ def element_type(demangled):
 
 def short_name(demangled):
     s = demangled.replace("(anonymous namespace)", "{anon}").split("(")[0].replace("{anon}", "(anonymous namespace)")
-    for p in ("braid::cuda_detail::", "braid::cuda::ipc_detail::", "braid::gpu_test::(anonymous namespace)::",
-              "braid::gpu_test::", "braid::schedule::", "braid::detail::", "braid::"):
+    for p in ("braid::cuda_detail::", "braid::cuda::ipc_detail::", "braid::gpu_launch::(anonymous namespace)::",
+              "braid::gpu_launch::", "braid::schedule::", "braid::detail::", "braid::"):
         s = s.replace(p, "")
     return s.replace(" >", ">")
 

@@ -1,4 +1,4 @@
-// tests/cuda/group.cuh — the test's group (shared by the two .cu files behind launch.hpp).
+// bench/launch/group.cuh — the test's group (shared by the two .cu files behind launch.hpp).
 #pragma once
 
 #include <braid/cuda.cuh>
@@ -7,7 +7,7 @@
 
 #include "launch.hpp"
 
-namespace braid::gpu_test {
+namespace braid::gpu_launch {
 
 struct group {
   std::vector<braid::cuda::communicator> comms;
@@ -40,4 +40,4 @@ template <class T, class Op> void enqueue_typed(group& g, int rank, const call& 
   }
 }
 
-} // namespace braid::gpu_test
+} // namespace braid::gpu_launch

@@ -1,4 +1,4 @@
-// tests/cuda/launch_float.cu — the test group, all_reduce with braid::sum for half, bfloat16, float
+// bench/launch/launch_float.cu — the test group, all_reduce with braid::sum for half, bfloat16, float
 // and double, and float with every operator for every collective (every supported algorithm). With
 // launch_sum.cu (integers, fp8) that is 14 x 6 all_reduce/sum kernels plus 4 operators x 6 for float:
 // 108 kernels. reduce_scatter, reduce, broadcast and all_gather reuse them (the collective is a kernel
@@ -9,7 +9,7 @@
 #include <exception>
 #include <string>
 
-namespace braid::gpu_test {
+namespace braid::gpu_launch {
 
 std::shared_ptr<group> make_group(const std::vector<int>& devices, std::chrono::nanoseconds timeout,
                                   std::size_t staging_bytes, int threads_per_block, int max_blocks_per_rank) {
@@ -71,7 +71,7 @@ bool instantiated(collective c, dtype t, op_kind k) {
 }
 
 void enqueue(group& g, int rank, const call& c) {
-  if (rank < 0 || rank >= size(g)) raise(errc::invalid_argument, "gpu_test::enqueue: no rank " + std::to_string(rank));
+  if (rank < 0 || rank >= size(g)) raise(errc::invalid_argument, "gpu_launch::enqueue: no rank " + std::to_string(rank));
   if (detail::enqueue_sum_narrow(g, rank, c)) return;
   if (c.coll == collective::all_reduce && c.op == op_kind::sum) {
     switch (c.type) {
@@ -236,4 +236,4 @@ bool kernels_loadable(std::string& why) {
   return false;
 }
 
-} // namespace braid::gpu_test
+} // namespace braid::gpu_launch

@@ -1,4 +1,4 @@
-// tests/cuda/launch_procs.hpp — what launch_procs.cu exports to the host-compiled test of
+// bench/launch/launch_procs.hpp — what launch_procs.cu exports to the host-compiled test of
 // braid::cuda::process_communicator (test_gpu_procs.cpp) and to braid-bench.
 //
 // Plain C++, no CUDA headers. launch_procs.cu with launch_procs_narrow.cu and launch_procs_wide.cu
@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "launch.hpp" // gpu_test::call
+#include "launch.hpp" // gpu_launch::call
 
 namespace braid::gpu_procs {
 
@@ -40,9 +40,9 @@ std::shared_ptr<comm> connect(braid::communicator host, int device, const comm_o
 
 // Runs one rank's part of a collective on the communicator's stream; returns when it is complete.
 // Raises what the communicator raises (on the device path: also what a kernel recorded, check()).
-void run(comm& c, const gpu_test::call& call);
+void run(comm& c, const gpu_launch::call& call);
 // The call alone: returns when the communicator returns (on the device path: once it is enqueued).
-void enqueue(comm& c, const gpu_test::call& call);
+void enqueue(comm& c, const gpu_launch::call& call);
 // Enqueues on the communicator's stream a host function that sleeps `ms` milliseconds: work that
 // keeps the stream busy without a kernel (the next call's wait for the stream waits for it).
 void hold_stream(comm& c, int ms);
@@ -55,7 +55,7 @@ int path_of(const comm& c);
 std::string describe(const comm& c);
 // A CUDA graph captured from `call` on the communicator's stream (global capture mode), replayed by
 // replay() on the same stream; destroy_graph frees it.
-void* capture(comm& c, const gpu_test::call& call);
+void* capture(comm& c, const gpu_launch::call& call);
 void replay(comm& c, void* graph);
 void destroy_graph(void* graph) noexcept;
 

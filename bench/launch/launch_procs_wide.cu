@@ -1,4 +1,4 @@
-// tests/cuda/launch_procs_wide.cu — braid::cuda::process_communicator's collectives for half, bfloat16,
+// bench/launch/launch_procs_wide.cu — braid::cuda::process_communicator's collectives for half, bfloat16,
 // float and double with braid::sum, and float with prod, min, max and avg (procs.cuh). Under nvcc it
 // shares a translation unit with launch_float.cu, which instantiates the same kernels for the
 // one-process group (launch.cmake).
@@ -6,7 +6,7 @@
 
 namespace braid::gpu_procs::detail {
 
-bool enqueue_wide(comm& c, const gpu_test::call& k) {
+bool enqueue_wide(comm& c, const gpu_launch::call& k) {
   if (k.op == op_kind::sum || !reduces(k)) {
     switch (k.type) {
     case dtype::float16: run_typed<half>(c, k, sum<>{}); return true;

@@ -1,4 +1,4 @@
-// tests/cuda/procs.cuh — the typed half of launch_procs.cu: the process communicator and stream behind
+// bench/launch/procs.cuh — the typed half of launch_procs.cu: the process communicator and stream behind
 // launch_procs.hpp's `comm`, and run_typed, which calls one collective for one element type and
 // operator. Included by launch_procs.cu and by the two files that instantiate run_typed:
 // launch_procs_narrow.cu (the 8 integer types and both fp8 types with sum) and launch_procs_wide.cu
@@ -30,7 +30,7 @@ struct comm {
 
 namespace detail {
 
-template <class T, class Op> void run_typed(comm& c, const gpu_test::call& k, Op op) {
+template <class T, class Op> void run_typed(comm& c, const gpu_launch::call& k, Op op) {
   const T* in = static_cast<const T*>(k.in);
   T* out = static_cast<T*>(k.out);
   const call_options co{k.algorithm};
@@ -45,11 +45,11 @@ template <class T, class Op> void run_typed(comm& c, const gpu_test::call& k, Op
 }
 
 // True when the call's type and operator are the file's: launch_procs_narrow.cu, launch_procs_wide.cu.
-bool enqueue_narrow(comm& c, const gpu_test::call& k);
-bool enqueue_wide(comm& c, const gpu_test::call& k);
+bool enqueue_narrow(comm& c, const gpu_launch::call& k);
+bool enqueue_wide(comm& c, const gpu_launch::call& k);
 
 // Whether the call reduces (then its operator picks the kernel) or only moves data (any operator: sum's).
-inline bool reduces(const gpu_test::call& k) {
+inline bool reduces(const gpu_launch::call& k) {
   return k.coll == collective::all_reduce || k.coll == collective::reduce_scatter || k.coll == collective::reduce;
 }
 

@@ -1,4 +1,5 @@
-// tests/cuda/launch.hpp — what the CUDA test kernels export to the host-compiled test (test_gpu.cpp).
+// bench/launch/launch.hpp — braid's CUDA collectives behind plain host functions, for host-compiled
+// callers: the GPU tests (tests/cuda/test_gpu.cpp) and braid-bench --backend cuda.
 //
 // Plain C++: no CUDA headers, so doctest files stay .cpp built by the host compiler. The .cu files
 // behind it hold a braid::cuda group and instantiate only the (collective, type, operator)
@@ -22,7 +23,7 @@
 #include <string>
 #include <vector>
 
-namespace braid::gpu_test {
+namespace braid::gpu_launch {
 
 // One braid::cuda group plus one non-blocking CUDA stream per rank (created on the rank's device).
 struct group;
@@ -109,4 +110,4 @@ namespace detail {
 bool enqueue_sum_narrow(group& g, int rank, const call& c);
 } // namespace detail
 
-} // namespace braid::gpu_test
+} // namespace braid::gpu_launch

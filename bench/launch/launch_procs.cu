@@ -1,4 +1,4 @@
-// tests/cuda/launch_procs.cu — braid::cuda::process_communicator behind launch_procs.hpp's plain
+// bench/launch/launch_procs.cu — braid::cuda::process_communicator behind launch_procs.hpp's plain
 // functions: every collective for the 14 element types with sum, float with the other operators. The
 // typed calls are in launch_procs_narrow.cu and launch_procs_wide.cu (procs.cuh).
 #include "procs.cuh"
@@ -38,7 +38,7 @@ std::shared_ptr<comm> connect(braid::communicator host, int device, const comm_o
   return c;
 }
 
-void run(comm& c, const gpu_test::call& k) {
+void run(comm& c, const gpu_launch::call& k) {
   enqueue(c, k);
   if (c.pc.path() == braid::cuda::process_path::device) finish(c);
 }
@@ -67,7 +67,7 @@ struct graph {
   cudaGraph_t g = nullptr;
   cudaGraphExec_t exec = nullptr;
 };
-void* capture(comm& c, const gpu_test::call& k) {
+void* capture(comm& c, const gpu_launch::call& k) {
   auto gr = std::make_unique<graph>();
   BRAID_CUDA_CHECK(cudaStreamBeginCapture(c.stream, cudaStreamCaptureModeGlobal));
   try {
@@ -90,7 +90,7 @@ void destroy_graph(void* g) noexcept {
   delete gr;
 }
 
-void enqueue(comm& c, const gpu_test::call& k) {
+void enqueue(comm& c, const gpu_launch::call& k) {
   if (detail::enqueue_narrow(c, k) || detail::enqueue_wide(c, k)) return;
   raise(errc::unsupported, std::string("the GPU process test does not instantiate ") + std::string(name(k.coll)) + " for " +
                                std::string(name(k.type)) + " with " + std::string(name(k.op)));

@@ -1,4 +1,4 @@
-// tests/cuda/launch_procs_narrow.cu — braid::cuda::process_communicator's collectives for the 8 integer
+// bench/launch/launch_procs_narrow.cu — braid::cuda::process_communicator's collectives for the 8 integer
 // types and both fp8 types with braid::sum (procs.cuh). Under nvcc it shares a translation unit with
 // launch_sum.cu, which instantiates the same kernels for the one-process group (launch.cmake).
 #include "procs.cuh"
@@ -7,7 +7,7 @@
 
 namespace braid::gpu_procs::detail {
 
-bool enqueue_narrow(comm& c, const gpu_test::call& k) {
+bool enqueue_narrow(comm& c, const gpu_launch::call& k) {
   if (k.op != op_kind::sum && reduces(k)) return false;
   switch (k.type) {
   case dtype::int8: run_typed<std::int8_t>(c, k, sum<>{}); return true;

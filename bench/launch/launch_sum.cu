@@ -1,11 +1,11 @@
-// tests/cuda/launch_sum.cu — all_reduce with braid::sum for the 8 integer types and both fp8 types,
+// bench/launch/launch_sum.cu — all_reduce with braid::sum for the 8 integer types and both fp8 types,
 // every algorithm (10 x 6 kernels). The other half of the instantiations is in launch_float.cu; the
 // split balances nvcc time so the two compile in parallel on CI's 2 cores.
 #include "group.cuh"
 
 #include <cstdint>
 
-namespace braid::gpu_test::detail {
+namespace braid::gpu_launch::detail {
 
 bool enqueue_sum_narrow(group& g, int rank, const call& c) {
   if (c.coll != collective::all_reduce || c.op != op_kind::sum) return false;
@@ -24,4 +24,4 @@ bool enqueue_sum_narrow(group& g, int rank, const call& c) {
   }
 }
 
-} // namespace braid::gpu_test::detail
+} // namespace braid::gpu_launch::detail
