@@ -10,6 +10,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -489,4 +490,34 @@ TEST_CASE_TEMPLATE("float types: numeric_limits agree with the encodings", T, BR
   CHECK(L::max_digits10 == int(std::ceil(1 + L::digits * std::log10(2.0))));
   CHECK(L::min_exponent10 == int(std::ceil(std::log10(double(float(L::min()))))));
   CHECK(L::max_exponent10 == int(std::floor(std::log10(double(float(L::max()))))));
+}
+
+// The encodings of the limits, written out: numeric_limits derives them from the format.
+template <class T>
+void check_limit_bits(std::array<unsigned, 9> want) {
+  using L = std::numeric_limits<T>;
+  const std::array<unsigned, 9> got{L::min().bits,         L::max().bits,       L::lowest().bits,
+                                    L::epsilon().bits,     L::round_error().bits, L::infinity().bits,
+                                    L::quiet_NaN().bits,   L::signaling_NaN().bits, L::denorm_min().bits};
+  CHECK(got == want);
+}
+
+TEST_CASE("float types: numeric_limits encodings and exponents") {
+  check_limit_bits<braid::half>({0x0400, 0x7bff, 0xfbff, 0x1400, 0x3800, 0x7c00, 0x7e00, 0x7d00, 0x0001});
+  check_limit_bits<braid::bfloat16>({0x0080, 0x7f7f, 0xff7f, 0x3c00, 0x3f00, 0x7f80, 0x7fc0, 0x7fa0, 0x0001});
+  check_limit_bits<braid::fp8_e4m3>({0x08, 0x7e, 0xfe, 0x20, 0x30, 0x00, 0x7f, 0x00, 0x01});
+  check_limit_bits<braid::fp8_e5m2>({0x04, 0x7b, 0xfb, 0x34, 0x38, 0x7c, 0x7e, 0x7d, 0x01});
+  using H = std::numeric_limits<braid::half>;
+  using B = std::numeric_limits<braid::bfloat16>;
+  using E4 = std::numeric_limits<braid::fp8_e4m3>;
+  using E5 = std::numeric_limits<braid::fp8_e5m2>;
+  static_assert(H::digits10 == 3 && H::max_digits10 == 5 && H::min_exponent == -13 && H::max_exponent == 16);
+  static_assert(B::digits10 == 2 && B::max_digits10 == 4 && B::min_exponent == -125 && B::max_exponent == 128);
+  static_assert(E4::digits10 == 0 && E4::max_digits10 == 3 && E4::min_exponent == -5 && E4::max_exponent == 9);
+  static_assert(E5::digits10 == 0 && E5::max_digits10 == 2 && E5::min_exponent == -13 && E5::max_exponent == 16);
+  static_assert(H::min_exponent10 == -4 && B::min_exponent10 == -37 && E4::min_exponent10 == -1);
+  static_assert(H::max_exponent10 == 4 && B::max_exponent10 == 38 && E4::max_exponent10 == 2);
+  static_assert(E5::min_exponent10 == -4 && E5::max_exponent10 == 4);
+  static_assert(!E4::has_infinity && !E4::has_signaling_NaN && E5::has_infinity && E5::has_signaling_NaN);
+  static_assert(H::has_infinity && H::has_signaling_NaN && B::has_infinity && B::has_signaling_NaN);
 }

@@ -181,9 +181,59 @@ struct float_arithmetic {
   friend BRAID_HD constexpr bool operator>=(T a, T b) noexcept { return float(a) >= float(b); }
 };
 
-// Members common to the numeric_limits specialisations of the small float types.
-template <class T>
-struct minifloat_limits_base {
+// The storage and the format-independent members of a small float type T of format F: the encoding
+// `bits` (its only data member), sign_mask, from_bits, the conversions from float and double and to
+// float in integer arithmetic (T declares its own where the device has a faster path), and under nvcc
+// bit copies to and from CUDA's type of the same format, Twin.
+template <class T, class F, class Bits, class Twin>
+struct minifloat_value : float_arithmetic<T> {
+  Bits bits;
+  static constexpr Bits sign_mask = static_cast<Bits>(F::sign_bit);
+
+  minifloat_value() = default;
+  BRAID_HD constexpr explicit minifloat_value(float f) noexcept : bits(static_cast<Bits>(encode<F>(f))) {}
+  BRAID_HD constexpr explicit minifloat_value(double d) noexcept : bits(static_cast<Bits>(encode<F>(d))) {}
+
+  BRAID_HD static constexpr T from_bits(Bits b) noexcept {
+    T r;
+    r.bits = b;
+    return r;
+  }
+
+  BRAID_HD constexpr operator float() const noexcept { return decode<F>(bits); }
+
+#if defined(__CUDACC__)
+  template <class C, std::enable_if_t<std::is_same_v<C, Twin>, int> = 0>
+  BRAID_HD minifloat_value(const C& x) noexcept : bits(detail::bit_cast<Bits>(x)) {}
+  template <class C, std::enable_if_t<std::is_same_v<C, Twin>, int> = 0>
+  BRAID_HD operator C() const noexcept {
+    return detail::bit_cast<C>(bits);
+  }
+#endif
+};
+
+// CUDA's types of the formats, the Twin of minifloat_value; without nvcc there are none.
+#if defined(__CUDACC__)
+using cuda_half = __half;
+using cuda_bfloat16 = __nv_bfloat16;
+#else
+struct no_cuda_twin;
+using cuda_half = no_cuda_twin;
+using cuda_bfloat16 = no_cuda_twin;
+#endif
+
+// floor(n * log10(2)) for |n| < 2^14, in integer arithmetic (log10(2) to 9 digits).
+BRAID_HD constexpr int floor_log10_pow2(int n) noexcept {
+  const long long p = static_cast<long long>(n) * 301029996LL;
+  const long long q = p / 1000000000LL;
+  return static_cast<int>(p < 0 && q * 1000000000LL != p ? q - 1 : q);
+}
+
+// The numeric_limits specialisation of a small float type T of format F, every member derived from
+// the format. A format without infinity (and so without signaling NaN) gives +0 for those, as the
+// standard asks; an IEEE format's signaling NaN has the quiet bit clear and the next payload bit set.
+template <class T, class F>
+struct minifloat_limits {
   static constexpr bool is_specialized = true;
   static constexpr bool is_signed = true;
   static constexpr bool is_integer = false;
@@ -199,26 +249,47 @@ struct minifloat_limits_base {
   static constexpr std::float_denorm_style has_denorm = std::denorm_present;
   static constexpr bool has_denorm_loss = false;
 #endif
+  static constexpr bool has_infinity = F::ieee_special;
+  static constexpr bool has_quiet_NaN = true;
+  static constexpr bool has_signaling_NaN = F::ieee_special;
+  static constexpr int digits = F::man_bits + 1;
+  static constexpr int digits10 = floor_log10_pow2(digits - 1);
+  static constexpr int max_digits10 = 2 + floor_log10_pow2(digits); // ceil(1 + x) for x not integral
+  static constexpr int min_exponent = F::emin + 1;
+  static constexpr int min_exponent10 = -floor_log10_pow2(-F::emin); // ceil(emin * log10(2))
+  static constexpr int max_exponent = int(F::max_finite >> F::man_bits) - F::bias + 1;
+  static constexpr int max_exponent10 = floor_log10_pow2(max_exponent); // max is just below 2^max_exponent
+  BRAID_HD static constexpr T min() noexcept { return make<1u << F::man_bits>(); }
+  BRAID_HD static constexpr T max() noexcept { return make<F::max_finite>(); }
+  BRAID_HD static constexpr T lowest() noexcept { return make<F::sign_bit | F::max_finite>(); }
+  BRAID_HD static constexpr T epsilon() noexcept { return make<exponent(-F::man_bits)>(); }
+  BRAID_HD static constexpr T round_error() noexcept { return make<exponent(-1)>(); }
+  BRAID_HD static constexpr T infinity() noexcept { return make<inf_bits>(); }
+  BRAID_HD static constexpr T quiet_NaN() noexcept { return make<F::quiet_nan>(); }
+  BRAID_HD static constexpr T signaling_NaN() noexcept {
+    return make<(F::ieee_special ? inf_bits | (1u << (F::man_bits - 2)) : 0u)>();
+  }
+  BRAID_HD static constexpr T denorm_min() noexcept { return make<1u>(); }
+
+private:
+  static constexpr std::uint32_t inf_bits =
+      F::ieee_special ? ((1u << F::exp_bits) - 1) << F::man_bits : 0u;
+  // The encoding of 2^e, a normal power of two.
+  BRAID_HD static constexpr std::uint32_t exponent(int e) noexcept { return std::uint32_t(e + F::bias) << F::man_bits; }
+  template <std::uint32_t Bits>
+  BRAID_HD static constexpr T make() noexcept {
+    return T::from_bits(static_cast<decltype(T::bits)>(Bits));
+  }
 };
 
 } // namespace detail
 
 // IEEE 754 binary16: 1 sign, 5 exponent, 10 mantissa bits; max finite 65504, min normal 2^-14,
 // min subnormal 2^-24.
-struct half : detail::float_arithmetic<half> {
-  std::uint16_t bits;
-  static constexpr std::uint16_t sign_mask = 0x8000u;
-
+struct half : detail::minifloat_value<half, detail::half_format, std::uint16_t, detail::cuda_half> {
+  using minifloat_value::minifloat_value;
   half() = default;
-  BRAID_HD constexpr explicit half(float f) noexcept : bits(from_float(f)) {}
-  BRAID_HD constexpr explicit half(double d) noexcept
-      : bits(static_cast<std::uint16_t>(detail::encode<detail::half_format>(d))) {}
-
-  BRAID_HD static constexpr half from_bits(std::uint16_t b) noexcept {
-    half h;
-    h.bits = b;
-    return h;
-  }
+  BRAID_HD constexpr explicit half(float f) noexcept { bits = from_float(f); }
 
   BRAID_HD constexpr operator float() const noexcept {
 #if BRAID_DEVICE_PASS
@@ -228,16 +299,6 @@ struct half : detail::float_arithmetic<half> {
 #endif
     return detail::decode<detail::half_format>(bits);
   }
-
-#if defined(__CUDACC__)
-  // Bit copies to and from CUDA's __half.
-  BRAID_HD half(const __half& h) noexcept : bits(static_cast<__half_raw>(h).x) {}
-  BRAID_HD operator __half() const noexcept {
-    __half_raw r;
-    r.x = bits;
-    return __half(r);
-  }
-#endif
 
 private:
   BRAID_HD static constexpr std::uint16_t from_float(float f) noexcept {
@@ -249,34 +310,14 @@ private:
 };
 
 // bfloat16: 1 sign, 8 exponent, 7 mantissa bits: the top half of a float. Max finite ≈ 3.39e38.
-struct bfloat16 : detail::float_arithmetic<bfloat16> {
-  std::uint16_t bits;
-  static constexpr std::uint16_t sign_mask = 0x8000u;
-
+struct bfloat16 : detail::minifloat_value<bfloat16, detail::bfloat16_format, std::uint16_t, detail::cuda_bfloat16> {
+  using minifloat_value::minifloat_value;
   bfloat16() = default;
-  BRAID_HD constexpr explicit bfloat16(float f) noexcept : bits(from_float(f)) {}
-  BRAID_HD constexpr explicit bfloat16(double d) noexcept
-      : bits(static_cast<std::uint16_t>(detail::encode<detail::bfloat16_format>(d))) {}
-
-  BRAID_HD static constexpr bfloat16 from_bits(std::uint16_t b) noexcept {
-    bfloat16 h;
-    h.bits = b;
-    return h;
-  }
+  BRAID_HD constexpr explicit bfloat16(float f) noexcept { bits = from_float(f); }
 
   BRAID_HD constexpr operator float() const noexcept {
     return detail::bit_cast<float>(std::uint32_t(bits) << 16);
   }
-
-#if defined(__CUDACC__)
-  // Bit copies to and from CUDA's __nv_bfloat16.
-  BRAID_HD bfloat16(const __nv_bfloat16& h) noexcept : bits(static_cast<__nv_bfloat16_raw>(h).x) {}
-  BRAID_HD operator __nv_bfloat16() const noexcept {
-    __nv_bfloat16_raw r;
-    r.x = bits;
-    return __nv_bfloat16(r);
-  }
-#endif
 
 private:
   BRAID_HD static constexpr std::uint16_t from_float(float f) noexcept {
@@ -296,47 +337,7 @@ static_assert(std::is_standard_layout_v<half> && std::is_standard_layout_v<bfloa
 #undef BRAID_DETAIL_RUNTIME_DEVICE
 
 template <>
-struct std::numeric_limits<braid::half> : braid::detail::minifloat_limits_base<braid::half> {
-  static constexpr bool has_infinity = true;
-  static constexpr bool has_quiet_NaN = true;
-  static constexpr bool has_signaling_NaN = true;
-  static constexpr int digits = 11;
-  static constexpr int digits10 = 3;
-  static constexpr int max_digits10 = 5;
-  static constexpr int min_exponent = -13;
-  static constexpr int min_exponent10 = -4;
-  static constexpr int max_exponent = 16;
-  static constexpr int max_exponent10 = 4;
-  BRAID_HD static constexpr braid::half min() noexcept { return braid::half::from_bits(0x0400u); }
-  BRAID_HD static constexpr braid::half max() noexcept { return braid::half::from_bits(0x7bffu); }
-  BRAID_HD static constexpr braid::half lowest() noexcept { return braid::half::from_bits(0xfbffu); }
-  BRAID_HD static constexpr braid::half epsilon() noexcept { return braid::half::from_bits(0x1400u); }
-  BRAID_HD static constexpr braid::half round_error() noexcept { return braid::half::from_bits(0x3800u); }
-  BRAID_HD static constexpr braid::half infinity() noexcept { return braid::half::from_bits(0x7c00u); }
-  BRAID_HD static constexpr braid::half quiet_NaN() noexcept { return braid::half::from_bits(0x7e00u); }
-  BRAID_HD static constexpr braid::half signaling_NaN() noexcept { return braid::half::from_bits(0x7d00u); }
-  BRAID_HD static constexpr braid::half denorm_min() noexcept { return braid::half::from_bits(0x0001u); }
-};
-
+struct std::numeric_limits<braid::half> : braid::detail::minifloat_limits<braid::half, braid::detail::half_format> {};
 template <>
-struct std::numeric_limits<braid::bfloat16> : braid::detail::minifloat_limits_base<braid::bfloat16> {
-  static constexpr bool has_infinity = true;
-  static constexpr bool has_quiet_NaN = true;
-  static constexpr bool has_signaling_NaN = true;
-  static constexpr int digits = 8;
-  static constexpr int digits10 = 2;
-  static constexpr int max_digits10 = 4;
-  static constexpr int min_exponent = -125;
-  static constexpr int min_exponent10 = -37;
-  static constexpr int max_exponent = 128;
-  static constexpr int max_exponent10 = 38;
-  BRAID_HD static constexpr braid::bfloat16 min() noexcept { return braid::bfloat16::from_bits(0x0080u); }
-  BRAID_HD static constexpr braid::bfloat16 max() noexcept { return braid::bfloat16::from_bits(0x7f7fu); }
-  BRAID_HD static constexpr braid::bfloat16 lowest() noexcept { return braid::bfloat16::from_bits(0xff7fu); }
-  BRAID_HD static constexpr braid::bfloat16 epsilon() noexcept { return braid::bfloat16::from_bits(0x3c00u); }
-  BRAID_HD static constexpr braid::bfloat16 round_error() noexcept { return braid::bfloat16::from_bits(0x3f00u); }
-  BRAID_HD static constexpr braid::bfloat16 infinity() noexcept { return braid::bfloat16::from_bits(0x7f80u); }
-  BRAID_HD static constexpr braid::bfloat16 quiet_NaN() noexcept { return braid::bfloat16::from_bits(0x7fc0u); }
-  BRAID_HD static constexpr braid::bfloat16 signaling_NaN() noexcept { return braid::bfloat16::from_bits(0x7fa0u); }
-  BRAID_HD static constexpr braid::bfloat16 denorm_min() noexcept { return braid::bfloat16::from_bits(0x0001u); }
-};
+struct std::numeric_limits<braid::bfloat16>
+    : braid::detail::minifloat_limits<braid::bfloat16, braid::detail::bfloat16_format> {};
