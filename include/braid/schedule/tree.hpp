@@ -36,6 +36,28 @@ struct tree {
   BRAID_HD static constexpr int vid(int t, int r, int n) { return t == 0 ? r : n - 1 - r; }
   BRAID_HD static constexpr int rid(int t, int v, int n) { return t == 0 ? v : n - 1 - v; }
 
+  // Reduces chunk c at the inner node nd of rank r: its IN, then each child's partial (a leaf's IN, an
+  // inner child's window 0 at chunk c). Tree t (0 = A, 1 = B) is rooted at rank `root` (tree A only);
+  // the root writes the final result to OUT and to window root_win (-1: none), the others to window 0.
+  BRAID_HD static constexpr step reduce_up(const node& nd, std::uint32_t c, int r, int n, int t, int root,
+                                           int root_win) {
+    step st;
+    st.lo = c;
+    st.hi = c + 1;
+    st.src[0] = src_in(r);
+    st.nsrc = 1;
+    for (int ch : {nd.child0, nd.child1}) {
+      if (ch < 0) continue;
+      const int cr = t == 0 ? mod(ch + root, n) : rid(t, ch, n);
+      st.src[st.nsrc++] = at_vid(ch, n).leaf() ? src_in(cr) : src_win(cr, 0, static_cast<int>(c));
+    }
+    const bool is_root = nd.v == 0;
+    st.final = is_root;
+    st.out = is_root;
+    st.win = static_cast<std::int8_t>(is_root ? root_win : 0);
+    return st;
+  }
+
   BRAID_HD static constexpr step at(const args& a, int j) {
     const int n = a.nranks, r = a.rank;
     const std::uint32_t P = a.nchunks;
@@ -51,20 +73,7 @@ struct tree {
       const auto c = static_cast<std::uint32_t>(j);
       const node nd = at_vid(mod(r - a.root, n), n);
       if (nd.leaf()) return nothing(); // the parent reads this rank's IN directly
-      step st;
-      st.lo = c;
-      st.hi = c + 1;
-      st.src[0] = src_in(r);
-      st.nsrc = 1;
-      for (int ch : {nd.child0, nd.child1}) {
-        if (ch < 0) continue;
-        const int cr = mod(ch + a.root, n);
-        st.src[st.nsrc++] = at_vid(ch, n).leaf() ? src_in(cr) : src_win(cr, 0, j);
-      }
-      st.final = nd.v == 0;
-      st.out = nd.v == 0;
-      st.win = static_cast<std::int8_t>(nd.v == 0 ? -1 : 0);
-      return st;
+      return reduce_up(nd, c, r, n, 0, a.root, -1);
     }
     // all_reduce: double binary tree
     const bool up = static_cast<std::uint32_t>(j) < P;
@@ -73,21 +82,7 @@ struct tree {
     const node nd = at_vid(vid(t, r, n), n);
     if (up) {
       if (nd.leaf()) return nothing();
-      step st;
-      st.lo = c;
-      st.hi = c + 1;
-      st.src[0] = src_in(r);
-      st.nsrc = 1;
-      for (int ch : {nd.child0, nd.child1}) {
-        if (ch < 0) continue;
-        const int cr = rid(t, ch, n);
-        st.src[st.nsrc++] = at_vid(ch, n).leaf() ? src_in(cr) : src_win(cr, 0, static_cast<int>(c));
-      }
-      const bool root = nd.v == 0;
-      st.final = root;
-      st.out = root;
-      st.win = static_cast<std::int8_t>(root ? 1 : 0);
-      return st;
+      return reduce_up(nd, c, r, n, t, 0, 1);
     }
     if (nd.v == 0) return nothing(); // the root produced its result on the way up
     const int pr = rid(t, nd.parent, n);
