@@ -110,6 +110,39 @@ inline bool cublas_handle(const char* call, cublasHandle_t h, cublasContext& out
   return false;
 }
 
+// cublasSet*: stores value in one setting of a live handle, under the lock so that a concurrent
+// cublasDestroy cannot free it first. A non-empty `invalid` says why value is refused (after the
+// handle is found live).
+template <class V>
+cublasStatus_t cublas_set(const char* call, cublasHandle_t h, V cublasContext::*field, V value,
+                          const std::string& invalid = {}) {
+  auto& l = cublas_live();
+  std::lock_guard<std::mutex> lk(l.m);
+  if (!h || !l.live.count(h)) {
+    diag(call, "handle " + hex(h) + " is not a live cuBLAS handle (null, destroyed, or never created)");
+    return CUBLAS_STATUS_NOT_INITIALIZED;
+  }
+  if (!invalid.empty()) {
+    diag(call, invalid);
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  h->*field = value;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// cublasGet*: copies one setting of a live handle to *out; `what` names it in the null-pointer message.
+template <class V>
+cublasStatus_t cublas_get(const char* call, cublasHandle_t handle, V* out, V cublasContext::*field, const char* what) {
+  cublasContext h;
+  if (!cublas_handle(call, handle, h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!out) {
+    diag(call, std::string("null ") + what + " pointer");
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  *out = h.*field;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 inline const char* cublas_op_name(cublasOperation_t op) {
   switch (op) {
   case CUBLAS_OP_N: return "CUBLAS_OP_N";
@@ -320,55 +353,21 @@ inline cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
 // The stream the handle's later work goes to (0: the legacy default stream). Checked when a GEMM
 // is enqueued, as cuBLAS launches there.
 inline cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t streamId) {
-  using namespace braid::emu::detail;
-  auto& l = cublas_live();
-  std::lock_guard<std::mutex> lk(l.m);
-  if (!handle || !l.live.count(handle)) {
-    diag("cublasSetStream", "handle " + hex(handle) + " is not a live cuBLAS handle (null, destroyed, or never created)");
-    return CUBLAS_STATUS_NOT_INITIALIZED;
-  }
-  handle->stream = streamId;
-  return CUBLAS_STATUS_SUCCESS;
+  return braid::emu::detail::cublas_set("cublasSetStream", handle, &cublasContext::stream, streamId);
 }
 
 inline cublasStatus_t cublasGetStream_v2(cublasHandle_t handle, cudaStream_t* streamId) {
-  using namespace braid::emu::detail;
-  cublasContext h;
-  if (!cublas_handle("cublasGetStream", handle, h)) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (!streamId) {
-    diag("cublasGetStream", "null stream pointer");
-    return CUBLAS_STATUS_INVALID_VALUE;
-  }
-  *streamId = h.stream;
-  return CUBLAS_STATUS_SUCCESS;
+  return braid::emu::detail::cublas_get("cublasGetStream", handle, streamId, &cublasContext::stream, "stream");
 }
 
 inline cublasStatus_t cublasSetPointerMode_v2(cublasHandle_t handle, cublasPointerMode_t mode) {
-  using namespace braid::emu::detail;
-  auto& l = cublas_live();
-  std::lock_guard<std::mutex> lk(l.m);
-  if (!handle || !l.live.count(handle)) {
-    diag("cublasSetPointerMode", "handle " + hex(handle) + " is not a live cuBLAS handle (null, destroyed, or never created)");
-    return CUBLAS_STATUS_NOT_INITIALIZED;
-  }
-  if (mode != CUBLAS_POINTER_MODE_HOST && mode != CUBLAS_POINTER_MODE_DEVICE) {
-    diag("cublasSetPointerMode", "unknown pointer mode " + std::to_string(static_cast<int>(mode)));
-    return CUBLAS_STATUS_INVALID_VALUE;
-  }
-  handle->mode = mode;
-  return CUBLAS_STATUS_SUCCESS;
+  const bool known = mode == CUBLAS_POINTER_MODE_HOST || mode == CUBLAS_POINTER_MODE_DEVICE;
+  return braid::emu::detail::cublas_set("cublasSetPointerMode", handle, &cublasContext::mode, mode,
+                                        known ? "" : "unknown pointer mode " + std::to_string(static_cast<int>(mode)));
 }
 
 inline cublasStatus_t cublasGetPointerMode_v2(cublasHandle_t handle, cublasPointerMode_t* mode) {
-  using namespace braid::emu::detail;
-  cublasContext h;
-  if (!cublas_handle("cublasGetPointerMode", handle, h)) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (!mode) {
-    diag("cublasGetPointerMode", "null mode pointer");
-    return CUBLAS_STATUS_INVALID_VALUE;
-  }
-  *mode = h.mode;
-  return CUBLAS_STATUS_SUCCESS;
+  return braid::emu::detail::cublas_get("cublasGetPointerMode", handle, mode, &cublasContext::mode, "mode");
 }
 
 // C = alpha op(A) op(B) + beta C, column-major; op(A) is m x k, op(B) k x n, C m x n.
