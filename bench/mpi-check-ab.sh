@@ -11,19 +11,12 @@
 # outnumber cores, as in tests/mpi/launch.sh). OUT: the log (default
 # bench/results/mpi-check-ab-DATE-cpu.txt): a header, every run's full output, then the summary.
 set -euo pipefail
+source "$(dirname "$0")/env-defaults.sh"
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 before=$1 after=$2
 OUT=${3:-$repo/bench/results/mpi-check-ab-$(date -u +%Y-%m-%d)-cpu.txt}
-PASSES=${PASSES:-8}
-NP=${NP:-4}
-HOSTS=${HOSTS:-2}
-COLLS=${COLLS:-all}
-MIN=${MIN:-8}
-MAX=${MAX:-64K}
-FACTOR=${FACTOR:-8}
-ITERS=${ITERS:-500}
-WARMUP=${WARMUP:-50}
+env_defaults PASSES=8 NP=4 HOSTS=2 COLLS=all MIN=8 MAX=64K FACTOR=8 ITERS=500 WARMUP=50
 per_host=$(( NP / HOSTS ))
 
 flags=(--oversubscribe --mca mpi_yield_when_idle 1)

@@ -19,17 +19,13 @@
 # collectives), PASSES (3), MIN (64), MAX (64M), FACTOR (4), ITERS (20), WARMUP (5), BENCH_ARGS (extra
 # braid-bench flags for every run, e.g. "--zero-copy-min 16K").
 set -euo pipefail
+source "$(dirname "$0")/env-defaults.sh"
 
 build=${1:-build}
 bench="$build/bench/braid-bench"
-SETTINGS=${SETTINGS:-"procs2 procs4 threads2 threads4"}
-COLLECTIVES=${COLLECTIVES:-"all_reduce reduce_scatter all_gather broadcast reduce"}
-PASSES=${PASSES:-3}
-MIN=${MIN:-64}
-MAX=${MAX:-64M}
-FACTOR=${FACTOR:-4}
-ITERS=${ITERS:-20}
-WARMUP=${WARMUP:-5}
+env_defaults "SETTINGS=procs2 procs4 threads2 threads4" \
+  "COLLECTIVES=all_reduce reduce_scatter all_gather broadcast reduce" PASSES=3 MIN=64 MAX=64M \
+  FACTOR=4 ITERS=20 WARMUP=5
 
 if [[ ! -x "$bench" ]]; then
   echo "tuning.sh: $bench not found; build it first (cmake --build $build --target braid-bench)" >&2

@@ -10,20 +10,13 @@
 # bench/results/vs-mpi-hier-DATE-cpu.txt), MPIRUN_ARGS (extra mpirun flags; --oversubscribe is always
 # passed, --allow-run-as-root as root). Prints the log as it writes it.
 set -euo pipefail
+source "$(dirname "$0")/env-defaults.sh"
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-build}
 exe="$build/bench/braid-bench-mpi"
-NP=${NP:-4}
-HOSTS=${HOSTS:-2}
-COLLS=${COLLS:-all}
-TYPE=${TYPE:-float}
-MIN=${MIN:-8}
-MAX=${MAX:-16M}
-FACTOR=${FACTOR:-8}
-ITERS=${ITERS:-10}
-WARMUP=${WARMUP:-3}
-OUT=${OUT:-$repo/bench/results/vs-mpi-hier-$(date -u +%Y-%m-%d)-cpu.txt}
+env_defaults NP=4 HOSTS=2 COLLS=all TYPE=float MIN=8 MAX=16M FACTOR=8 ITERS=10 WARMUP=3 \
+  "OUT=$repo/bench/results/vs-mpi-hier-$(date -u +%Y-%m-%d)-cpu.txt"
 
 if [[ ! -x "$exe" ]]; then
   echo "vs-mpi-hier.sh: $exe not found; build the braid-bench-mpi target (needs MPI at configure time)" >&2

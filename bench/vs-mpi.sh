@@ -38,19 +38,14 @@
 # BRAID_BENCH_ARGS (extra braid-bench flags, e.g. "--bind none"; braid-bench binds rank r to the r-th
 # CPU when every rank can have one, as mpirun binds 2 ranks to cores by default).
 set -euo pipefail
+source "$(dirname "$0")/env-defaults.sh"
 
 build=${1:-build}
 bench="$build/bench/braid-bench"
 mpi="$build/bench/braid-mpi-allreduce"
 micro="$build/bench/braid-micro"
-SETTINGS=${SETTINGS:-"quiet2 hog2 four"}
-PASSES=${PASSES:-3}
-HOG_NICE=${HOG_NICE:-19}
-MIN=${MIN:-4}
-MAX=${MAX:-64M}
-FACTOR=${FACTOR:-4}
-ITERS=${ITERS:-20}
-WARMUP=${WARMUP:-5}
+env_defaults "SETTINGS=quiet2 hog2 four" PASSES=3 HOG_NICE=19 MIN=4 MAX=64M FACTOR=4 ITERS=20 \
+  WARMUP=5
 
 for exe in "$bench" "$mpi" "$micro"; do
   if [[ ! -x "$exe" ]]; then
