@@ -131,10 +131,14 @@ bool parse_int(std::string_view s, int& out) {
   return true;
 }
 
-template <class F> bool parse_list(std::string_view s, F&& item) {
+// Appends the items of the comma-separated list `s` to `out`, each read by `parse`; false at the
+// first item `parse` refuses.
+template <class T, class Parse> bool parse_list(std::string_view s, std::vector<T>& out, Parse parse) {
   while (true) {
     const std::size_t comma = s.find(',');
-    if (!item(s.substr(0, comma))) return false;
+    T item{};
+    if (!parse(s.substr(0, comma), item)) return false;
+    out.push_back(item);
     if (comma == std::string_view::npos) return true;
     s.remove_prefix(comma + 1);
   }
@@ -154,12 +158,7 @@ int parse_args(int argc, char** argv, config& cfg) {
       return true;
     }
     cfg.colls.clear();
-    return parse_list(v, [&](std::string_view x) {
-      collective c;
-      if (!parse_coll(x, c)) return false;
-      cfg.colls.push_back(c);
-      return true;
-    });
+    return parse_list(v, cfg.colls, parse_coll);
   };
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
@@ -233,35 +232,20 @@ int parse_args(int argc, char** argv, config& cfg) {
       cfg.types.clear();
       if (v == "all") {
         cfg.types.assign(std::begin(braid::all_dtypes), std::end(braid::all_dtypes));
-      } else if (!parse_list(v, [&](std::string_view x) {
-                   dtype t;
-                   if (!braid::parse_dtype(x, t)) return false;
-                   cfg.types.push_back(t);
-                   return true;
-                 })) {
+      } else if (!parse_list(v, cfg.types, braid::parse_dtype)) {
         return bad("unknown datatype in '" + vs + "'");
       }
     } else if (a == "-o" || a == "--op") {
       cfg.ops.clear();
       if (v == "all") {
         cfg.ops = {op_kind::sum, op_kind::prod, op_kind::min, op_kind::max, op_kind::avg};
-      } else if (!parse_list(v, [&](std::string_view x) {
-                   op_kind k;
-                   if (!braid::parse_op(x, k)) return false;
-                   cfg.ops.push_back(k);
-                   return true;
-                 })) {
+      } else if (!parse_list(v, cfg.ops, braid::parse_op)) {
         return bad("unknown op in '" + vs + "'");
       }
     } else if (a == "-a" || a == "--algo" || a == "--algorithm") {
       cfg.algos.clear();
       cfg.algos_all = v == "all";
-      if (!cfg.algos_all && !parse_list(v, [&](std::string_view x) {
-            algo al;
-            if (!braid::parse_algo(x, al)) return false;
-            cfg.algos.push_back(al);
-            return true;
-          }))
+      if (!cfg.algos_all && !parse_list(v, cfg.algos, braid::parse_algo))
         return bad("unknown algorithm in '" + vs + "'");
     } else if (a == "--backend") {
       if (v == "threads" || v == "host" || v == "thread") cfg.backend = backend_kind::threads;

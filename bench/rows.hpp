@@ -11,3 +11,9 @@ template <class T> void rank_runner::run_row(collective c, algo a, dtype t, op_k
 }
 
 } // namespace braid_bench
+
+// The explicit instantiation of run_row<T>, one line per element type in each rows_*.cpp.
+#define BRAID_BENCH_ROWS(T)                                                                        \
+  template void braid_bench::rank_runner::run_row<T>(braid_bench::collective, braid_bench::algo,    \
+                                                     braid_bench::dtype, braid_bench::op_kind,      \
+                                                     std::uint64_t)
