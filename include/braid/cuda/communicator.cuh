@@ -506,6 +506,7 @@ inline std::vector<communicator> create_group(const std::vector<int>& devices, c
     set->last_thread.assign(L, 0);
     set->creator = detail::this_thread_token();
     set->abort = g->abort;
+    set->join_at_launch = g->sets.size() == 1;
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&set->chain, cudaEventDisableTiming));
   }
   std::vector<communicator> out(static_cast<std::size_t>(n));

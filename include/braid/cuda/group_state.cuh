@@ -112,9 +112,7 @@ struct group_state {
     }
     for (auto& s : sets) {
       cudaSetDevice(s->device);
-      for (auto& [seq, c] : s->calls) detail::give_back_locked(*s, *c);
-      for (cudaEvent_t e : s->spare) cudaEventDestroy(e);
-      if (s->chain) cudaEventDestroy(s->chain);
+      s->destroy_events();
     }
     if (abort) cudaFreeHost(abort);
     cudaSetDevice(saved);

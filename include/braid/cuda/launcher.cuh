@@ -10,10 +10,17 @@
 // each other, as NCCL's do: that needs each GPU to run its launch, which nothing on another GPU can
 // hold back.
 //
-// Ordering: the launch waits for every participant's stream (an event recorded at its call) and for
-// the group's previous launch on that GPU (the chain event), so a rank's calls run in the order they
-// were made, whatever streams they were enqueued on; each participant's stream then waits for the
-// launch. Inside a CUDA graph capture the ranks of a GPU must enqueue on one stream (refused
+// Ordering: the launch waits for every participant's stream and for the group's previous launch on
+// that GPU (the chain event), so a rank's calls run in the order they were made, whatever streams
+// they were enqueued on; each participant's stream then waits for the launch. What that costs is
+// only what a call's streams need: where every rank of the group is on one GPU, a participant's
+// stream is joined when the launch is made (nothing is recorded at its call; nothing at all when the
+// participants share one stream); elsewhere an event is recorded at its call, since a kernel of
+// another GPU that waits for this launch may be what the participant's later work waits for. A
+// launch on the stream of the set's previous launch waits on no chain event, unless a launch of the
+// group was ever captured into a graph (a replay may come between). A rank alone on its GPU, calling
+// on the same stream as before, costs the capture query, the stream's id, the launch and the chain's
+// record. Inside a CUDA graph capture the ranks of a GPU must enqueue on one stream (refused
 // otherwise), and the chain becomes external event nodes of the graph (cudaEventWaitExternal,
 // cudaEventRecordExternal), so each replay too runs after the group's latest launch on its GPU and
 // before the next. Should two launches of the group still run at once on one GPU, the kernel sees it
@@ -93,7 +100,20 @@ struct device_set {
   std::uint64_t creator = 0;                // the thread that created the group
   std::vector<cudaEvent_t> spare;           // events for pending calls' `ready`, reused once a launch has waited
   cudaEvent_t chain = nullptr;              // after the group's latest launch on this GPU (a replay included)
+  // Every rank of the group is on this GPU, so no kernel of the group waits for another GPU's: a
+  // participant's stream is joined to the launch when the launch is made (its state then, which holds
+  // its state at its call), through `joiner`, instead of by an event recorded at each call.
+  bool join_at_launch = false;
+  cudaEvent_t joiner = nullptr;             // created by the first launch that joins another stream
+  // The stream of the latest launch outside a graph capture, by cudaStreamGetId (a handle may name a
+  // later stream once its stream is destroyed; 0: none yet). A launch on that stream is ordered after
+  // it by the stream itself and needs no wait on `chain`, unless a launch of the set went into a graph
+  // (`captured`): a replay may then run between any two launches, on any stream.
+  unsigned long long last_stream = 0;
+  bool captured = false;
   cuda_detail::device_abort* abort = nullptr; // the group's
+  // Destroys the set's events, those of calls never launched included (its device current).
+  void destroy_events();
 };
 
 // A call made inside group_start()/group_end() whose stream still has to be joined to its launch.
@@ -144,27 +164,44 @@ inline bool is_capturing(cudaStream_t s) {
   return st != cudaStreamCaptureStatusNone;
 }
 
-// Joins `stream` to the launch of `c` (called with the set's lock held, after the launch).
+// Whether `stream` still has to wait for the launch of `c` (its own stream, or in a capture where every
+// participant used one stream, it is ordered already).
+inline bool needs_join(const pending_call& c, cudaStream_t stream) { return !c.capturing && stream != c.launch_stream; }
+
+// Joins `stream` to the launch of `c` (called with the set's lock held, after the launch, with the
+// set's device current).
 inline void join_locked(device_set& ds, const pending_call& c, cudaStream_t stream) {
-  if (c.capturing || stream == c.launch_stream) return; // one stream: ordered already
-  BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ds.chain, 0));
+  if (needs_join(c, stream)) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ds.chain, 0));
 }
 
-// Launches `c` (every participant arrived; the set's lock is held) on the last arriver's stream;
-// `ctx` is that arriver's call.
+// Launches `c` (every participant arrived; the set's lock is held; the set's device is current) on
+// the last arriver's stream; `ctx` is that arriver's call. What it enqueues besides the launch and
+// the record of `chain`: a wait for each participant on another stream, and a wait on `chain` only
+// where the launch's stream does not order it after the set's latest launch already.
 inline void launch_locked(device_set& ds, pending_call& c, cudaStream_t stream,
                           const std::function<cudaError_t(cudaStream_t, const cuda_detail::launch_args&)>& launch,
                           const error_context& ctx) {
-  cuda_detail::device_guard dg(ds.device);
   c.launch_stream = stream;
+  unsigned long long stream_id = 0;
   if (c.capturing) {
     // In the graph: wait for the group's latest launch on this GPU as of each replay, and be that.
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ds.chain, cudaEventWaitExternal));
   } else {
-    for (std::size_t li = 0; li < c.streams.size(); ++li)
-      if (c.ready[li] && c.streams[li] != stream) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, c.ready[li], 0));
-    // Always: the latest launch may have been a graph replay on any stream.
-    BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ds.chain, 0));
+    for (std::size_t li = 0; li < c.streams.size(); ++li) {
+      if (c.streams[li] == stream && !c.ready[li]) continue;
+      if (c.ready[li]) {
+        if (c.streams[li] != stream) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, c.ready[li], 0));
+        continue;
+      }
+      if (!ds.join_at_launch) continue; // not reached: such a set records `ready` at every call of two ranks or more
+      // The participant's stream now: its work up to its call and whatever came after it that
+      // nothing of this group waits for (every rank of the group is here, none waits on another GPU).
+      if (!ds.joiner) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&ds.joiner, cudaEventDisableTiming));
+      BRAID_CUDA_CHECK(cudaEventRecord(ds.joiner, c.streams[li]));
+      BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ds.joiner, 0));
+    }
+    BRAID_CUDA_CHECK(cudaStreamGetId(stream, &stream_id));
+    if (ds.captured || stream_id != ds.last_stream) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ds.chain, 0));
   }
   const cudaError_t e = launch(stream, c.args);
   if (e != cudaSuccess) {
@@ -178,7 +215,13 @@ inline void launch_locked(device_set& ds, pending_call& c, cudaStream_t stream,
                     : std::string("the collective kernel's launch failed: ") + cudaGetErrorName(e) + ": " + cudaGetErrorString(e),
           ctx);
   }
-  BRAID_CUDA_CHECK(cudaEventRecordWithFlags(ds.chain, stream, c.capturing ? cudaEventRecordExternal : cudaEventRecordDefault));
+  if (c.capturing) {
+    BRAID_CUDA_CHECK(cudaEventRecordWithFlags(ds.chain, stream, cudaEventRecordExternal));
+    ds.captured = true;
+  } else {
+    BRAID_CUDA_CHECK(cudaEventRecord(ds.chain, stream));
+    ds.last_stream = stream_id;
+  }
   c.launched = true;
 }
 
@@ -206,6 +249,14 @@ inline cuda_detail::call_id call_of(const pending_call& c, int local) {
 inline void give_back_locked(device_set& ds, pending_call& c) {
   for (cudaEvent_t& e : c.ready)
     if (e) ds.spare.push_back(std::exchange(e, nullptr));
+}
+
+inline void device_set::destroy_events() {
+  for (auto& [seq, c] : calls) give_back_locked(*this, *c);
+  for (cudaEvent_t e : spare) cudaEventDestroy(e);
+  spare.clear();
+  for (cudaEvent_t* e : {&chain, &joiner})
+    if (*e) cudaEventDestroy(std::exchange(*e, nullptr));
 }
 
 // A call that cannot go on leaves its GPU's ranks at different call counts: stop the group, so that
@@ -310,6 +361,7 @@ inline void group_end() {
       if (first.empty()) first = j.call->failure, code = errc::invalid_usage, first_rank = j.rank;
       continue;
     }
+    if (!detail::needs_join(*j.call, j.stream)) continue;
     try {
       cuda_detail::device_guard dg(j.set->device);
       detail::join_locked(*j.set, *j.call, j.stream);
@@ -356,7 +408,7 @@ namespace detail {
 // Returns when the call is launched and `stream` joined to it, or at once inside a bracket. `common`
 // holds the fields every rank computes alike; `launch` starts the kernel (used by the last arriver).
 // `ctx` is the call's context on this rank (its collective and sequence number, mine.seq), named by
-// every error the call raises.
+// every error the call raises. The set's device must be current.
 inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<device_set>& dsp, int local, int rank,
                    const call_signature& sig, const cuda_detail::launch_args& common, const cuda_detail::rank_call& mine,
                    cudaStream_t stream, std::chrono::nanoseconds timeout, cuda_detail::device_abort* abort, int nsets,
@@ -371,7 +423,6 @@ inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<devi
           "CUDA_LAUNCH_BLOCKING=1 is set: a launch returns only when its kernel ends, so one thread cannot launch the "
           "kernels of several GPUs that wait for each other; drive each GPU from its own thread, or unset it",
           ctx);
-  cuda_detail::device_guard dg(ds.device);
   std::unique_lock<std::mutex> lk(ds.m);
   const std::size_t me = static_cast<std::size_t>(local);
   const std::uint64_t seq = ds.next_seq[me];
@@ -416,7 +467,7 @@ inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<devi
     fail_all(errc::invalid_usage, one_stream);
   }
   cudaEvent_t ev = nullptr;
-  if (!capturing && L > 1) {
+  if (!capturing && L > 1 && !ds.join_at_launch) {
     if (ds.spare.empty()) {
       BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     } else {

@@ -227,9 +227,7 @@ struct device_path_state {
   peer_watch watch;                        // after `abort`: stopped before the record is unmapped
   ~device_path_state() {
     if (!set) return;
-    for (auto& [seq, c] : set->calls) detail::give_back_locked(*set, *c);
-    for (cudaEvent_t e : set->spare) cudaEventDestroy(e);
-    if (set->chain) cudaEventDestroy(set->chain);
+    set->destroy_events();
   }
 };
 

@@ -50,6 +50,7 @@ struct stream_state : std::enable_shared_from_this<stream_state> {
   int device = 0;
   unsigned flags = 0;
   bool legacy = false;
+  std::uint64_t id = 0; // cudaStreamGetId: never reused, unlike the handle (a later stream may get a destroyed one's)
   std::mutex m;
   std::condition_variable cv;
   std::deque<op> q;
@@ -178,10 +179,15 @@ public:
   }
 
   // ---- streams ----------------------------------------------------------------------------------
+  static std::uint64_t next_stream_id() {
+    static std::atomic<std::uint64_t> next{1};
+    return next.fetch_add(1, std::memory_order_relaxed);
+  }
   std::shared_ptr<stream_state> create_stream(int device, unsigned flags) {
     auto s = std::make_shared<stream_state>();
     s->device = device;
     s->flags = flags;
+    s->id = next_stream_id();
     // A destroyed stream stays listed (device synchronisation and the legacy stream still wait for
     // its work, as CUDA's do) until its thread has run everything it was given.
     s->drained = [this](stream_state* done) {
@@ -205,6 +211,7 @@ public:
       l = std::make_shared<stream_state>();
       l->device = device;
       l->legacy = true;
+      l->id = next_stream_id();
       l->start();
     }
     return l;

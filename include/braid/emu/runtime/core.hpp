@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -206,11 +208,17 @@ inline thread_local std::uint64_t tls_runtime_calls = 0;
 // Of those, the polls (cudaEventQuery, cudaStreamQuery): how many a wait makes depends on timing.
 inline thread_local std::uint64_t tls_runtime_polls = 0;
 
-#define BRAID_EMU_ENTER()                                                                         \
+// Per entry point, the calls this thread makes while a braid::emu::runtime_call_log is open (the
+// innermost one); null otherwise.
+inline thread_local std::map<std::string_view, std::uint64_t>* tls_runtime_log = nullptr;
+
+#define BRAID_EMU_ENTER_NAMED(name)                                                               \
   do {                                                                                            \
     ++::braid::emu::detail::tls_runtime_calls;                                                    \
+    if (auto* braid_log_ = ::braid::emu::detail::tls_runtime_log) ++(*braid_log_)[name];          \
     if (!::braid::emu::detail::rt().usable()) return ::braid::emu::detail::fail(cudaErrorInitializationError); \
   } while (0)
+#define BRAID_EMU_ENTER() BRAID_EMU_ENTER_NAMED(__func__)
 
 } // namespace braid::emu::detail
 
@@ -220,6 +228,39 @@ namespace braid::emu {
 inline std::uint64_t runtime_calls() noexcept { return detail::tls_runtime_calls; }
 // Of runtime_calls(), the polls of an event or a stream (cudaEventQuery, cudaStreamQuery).
 inline std::uint64_t runtime_polls() noexcept { return detail::tls_runtime_polls; }
+
+// While it lives, counts the calling thread's runtime calls per entry point, by CUDA's names (kernel
+// launches as cudaLaunchKernel and cudaLaunchCooperativeKernel): which calls a collective makes, not
+// only how many. Logs nest; a call counts in the innermost one only.
+class runtime_call_log {
+public:
+  runtime_call_log() noexcept : outer_(detail::tls_runtime_log) { detail::tls_runtime_log = &counts_; }
+  runtime_call_log(const runtime_call_log&) = delete;
+  runtime_call_log& operator=(const runtime_call_log&) = delete;
+  ~runtime_call_log() { detail::tls_runtime_log = outer_; }
+  // Calls of entry point `name` so far.
+  std::uint64_t count(std::string_view name) const {
+    const auto it = counts_.find(name);
+    return it == counts_.end() ? 0 : it->second;
+  }
+  // Every call so far.
+  std::uint64_t total() const {
+    std::uint64_t t = 0;
+    for (const auto& [name, k] : counts_) t += k;
+    return t;
+  }
+  const std::map<std::string_view, std::uint64_t>& counts() const noexcept { return counts_; }
+  // "cudaGetDevice 2, cudaLaunchKernel 1", by name.
+  std::string to_string() const {
+    std::string s;
+    for (const auto& [name, k] : counts_) s += (s.empty() ? "" : ", ") + std::string(name) + " " + std::to_string(k);
+    return s;
+  }
+
+private:
+  std::map<std::string_view, std::uint64_t> counts_;
+  std::map<std::string_view, std::uint64_t>* outer_;
+};
 } // namespace braid::emu
 
 namespace braid::emu {
@@ -234,7 +275,7 @@ cudaError_t launch_as(bool cooperative, void (*kernel)(P...), unsigned grid, uns
                       cudaStream_t stream, A&&... args) {
   using namespace detail;
   static_assert(sizeof...(P) == sizeof...(A), "braid::emu::launch: the arguments do not match the kernel's parameters");
-  BRAID_EMU_ENTER();
+  BRAID_EMU_ENTER_NAMED(cooperative ? "cudaLaunchCooperativeKernel" : "cudaLaunchKernel");
   const machine_shape& m = rt().shape();
   if (grid == 0 || grid > 0x7fffffffu || block == 0 || block > m.max_threads_per_block || shared_bytes > (48u << 10)) {
     diag("kernel launch", "invalid configuration: " + std::to_string(grid) + " blocks of " + std::to_string(block) +

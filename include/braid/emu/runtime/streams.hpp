@@ -226,6 +226,18 @@ inline cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* g) {
   return cudaSuccess;
 }
 
+// A number for the stream that no other stream of the process has had (the handle of a destroyed
+// stream may name a later one).
+inline cudaError_t cudaStreamGetId(cudaStream_t stream, unsigned long long* id) {
+  using namespace braid::emu::detail;
+  BRAID_EMU_ENTER();
+  if (!id) return fail(cudaErrorInvalidValue);
+  std::shared_ptr<stream_state> s;
+  if (const cudaError_t e = stream_for("cudaStreamGetId", stream, s); e != cudaSuccess && !s) return fail(e);
+  *id = s->id;
+  return cudaSuccess;
+}
+
 inline cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* st) {
   using namespace braid::emu::detail;
   BRAID_EMU_ENTER();
