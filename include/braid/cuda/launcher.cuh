@@ -188,14 +188,13 @@ inline void launch_locked(device_set& ds, pending_call& c, cudaStream_t stream,
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ds.chain, cudaEventWaitExternal));
   } else {
     for (std::size_t li = 0; li < c.streams.size(); ++li) {
-      if (c.streams[li] == stream && !c.ready[li]) continue;
+      if (c.streams[li] == stream) continue; // ordered by the stream itself
       if (c.ready[li]) {
-        if (c.streams[li] != stream) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, c.ready[li], 0));
+        BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, c.ready[li], 0));
         continue;
       }
-      if (!ds.join_at_launch) continue; // not reached: such a set records `ready` at every call of two ranks or more
-      // The participant's stream now: its work up to its call and whatever came after it that
-      // nothing of this group waits for (every rank of the group is here, none waits on another GPU).
+      // join_at_launch: the participant's stream now, its work up to its call and whatever came
+      // after it, none of which waits for this group (every rank of the group is here, on this GPU).
       if (!ds.joiner) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&ds.joiner, cudaEventDisableTiming));
       BRAID_CUDA_CHECK(cudaEventRecord(ds.joiner, c.streams[li]));
       BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ds.joiner, 0));

@@ -243,19 +243,8 @@ public:
     const auto it = counts_.find(name);
     return it == counts_.end() ? 0 : it->second;
   }
-  // Every call so far.
-  std::uint64_t total() const {
-    std::uint64_t t = 0;
-    for (const auto& [name, k] : counts_) t += k;
-    return t;
-  }
+  // Every entry point called so far, with its count.
   const std::map<std::string_view, std::uint64_t>& counts() const noexcept { return counts_; }
-  // "cudaGetDevice 2, cudaLaunchKernel 1", by name.
-  std::string to_string() const {
-    std::string s;
-    for (const auto& [name, k] : counts_) s += (s.empty() ? "" : ", ") + std::string(name) + " " + std::to_string(k);
-    return s;
-  }
 
 private:
   std::map<std::string_view, std::uint64_t> counts_;

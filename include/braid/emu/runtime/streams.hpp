@@ -233,6 +233,8 @@ inline cudaError_t cudaStreamGetId(cudaStream_t stream, unsigned long long* id) 
   BRAID_EMU_ENTER();
   if (!id) return fail(cudaErrorInvalidValue);
   std::shared_ptr<stream_state> s;
+  // stream_for's one refusal with a stream found (the legacy stream while a capture forbids syncing
+  // with it) does not concern a query.
   if (const cudaError_t e = stream_for("cudaStreamGetId", stream, s); e != cudaSuccess && !s) return fail(e);
   *id = s->id;
   return cudaSuccess;
