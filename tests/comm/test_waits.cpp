@@ -1,4 +1,4 @@
-// How host ranks wait (transport/host/sleep.hpp, issue 15): a rank that waits long sleeps in the kernel
+// How host ranks wait (transport/host/sleep.hpp): a rank that waits long sleeps in the kernel
 // (little CPU, few wake-ups) and is woken by the post it waits for, not by its periodic recheck; with a
 // 1 us spin every wait that outlasts it goes to sleep, and a ping-pong of barriers, all_reduces and send/recv between
 // threads and between processes still runs at wake-up speed, which it could not if a wake were lost
@@ -98,7 +98,7 @@ void busy_for(std::chrono::microseconds d) {
 
 // n calls of each kind; before call i, rank i % 2 is busy for 100 us, so the other rank's first wait in
 // the call outlasts its 1 us spin and sleeps: each rank sleeps in half the calls at least. (30 us was
-// too short on a 2-vCPU Xeon VM, 2026-11-27: a wait that short often ended while the rank was still
+// too short on a 2-vCPU Xeon VM: a wait that short often ended while the rank was still
 // going to sleep, 519-564 switches of the 600 this counts on, old and new waits alike; with 100 us,
 // 1150-1200.)
 // Returns seconds per call; also counts this thread's voluntary context switches into *switches.
@@ -313,7 +313,7 @@ TEST_CASE("a sleeping rank raises soon after another aborts or leaves") {
 }
 
 // The yardstick for the test below: seconds per switch between two processes on `cpu` that hand a
-// word back and forth with sched_yield (0.88 us on the 2-vCPU Xeon VM, 2026-11-27).
+// word back and forth with sched_yield (0.88 us on the 2-vCPU Xeon VM).
 double yield_switch_seconds(int cpu) {
   auto* w = static_cast<std::atomic<long>*>(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   if (w == MAP_FAILED) return 0;
@@ -352,7 +352,7 @@ double yield_switch_seconds(int cpu) {
 TEST_CASE("processes bound two to a CPU yield from their first poll, whichever rank they wait for") {
   // Four processes, ranks 0 and 1 bound to one CPU, 2 and 3 to another (all four to one CPU where this
   // process may use only one). A rank that waited for a peer on the other CPU by spinning held back
-  // the rank beside it: on the 2-vCPU Xeon VM (2026-11-27) the fastest of 40 batches took 4.9-5.6 us
+  // the rank beside it: on the 2-vCPU Xeon VM the fastest of 40 batches took 4.9-5.6 us
   // per 64 B all_reduce (medians 5.8-10), 5.6-6.4 times the yardstick above; once every wait of a rank
   // that shares its CPU yields (context.hpp, wait_slow), 1.9-2.3 us (medians 2.5-2.9), 2.2-2.6 times.
   // The fastest batch must take under 4 yardstick switches per call: the fastest, so that time slices
