@@ -3,7 +3,7 @@
 // compiled by g++ with BRAID_CUDA_EMULATOR includes this instead of <cuda_runtime.h> (through
 // braid/cuda/runtime.cuh); kernels are launched with braid::emu::launch (through braid::gpu::launch).
 //
-// The machine (docs/architecture.md, "The emulated CUDA device"): BRAID_EMU_DEVICES devices (default
+// The machine (docs/architecture.md, "The emulated device"): BRAID_EMU_DEVICES devices (default
 // 2), each with BRAID_EMU_SMS streaming multiprocessors (default 16) of 2048 threads and 32 blocks,
 // blocks of up to 1024 threads, 16 GiB of memory each (counted, not reserved), peer access possible
 // between any two devices, compute capability 9.0, unified addressing.
