@@ -447,32 +447,62 @@ void write_inputs(void* p) {
   w->done.store(1);
 }
 
-TEST_CASE("stream order: a GEMM behind a slow host function on the same stream reads what the host function wrote") {
-  const int n = 32;
+// Enqueues write_inputs on s: after `delay`, A (n elements at a) = 2 and B = 3.
+void launch_writer(writer& w, cudaStream_t s, float* a, float* b, int n, std::chrono::milliseconds delay) {
+  w.a = a;
+  w.b = b;
+  w.n = n;
+  w.delay = delay;
+  EMU_OK(cudaLaunchHostFunc(s, &write_inputs, &w));
+}
+
+cudaStream_t nonblocking_stream() {
   cudaStream_t s = nullptr;
   EMU_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
+// A new handle whose GEMMs go to s.
+cublasHandle_t handle_on(cudaStream_t s) {
   cublasHandle_t h = nullptr;
   BLAS_OK(cublasCreate(&h));
   BLAS_OK(cublasSetStream(h, s));
-  dbuf<float> A(n * n, 0.0f), B(n * n, 0.0f), C(n * n, -1.0f);
-  writer w;
-  w.a = A.d;
-  w.b = B.d;
-  w.n = n * n;
-  w.delay = 200ms;
-  EMU_OK(cudaLaunchHostFunc(s, &write_inputs, &w));
-  const float one = 1, zero = 0;
-  BLAS_OK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, A.d, n, B.d, n, &zero, C.d, n));
-  CHECK(cudaStreamQuery(s) == cudaErrorNotReady); // the call returned before the work ran
-  CHECK(w.done.load() == 0);
-  EMU_OK(cudaStreamSynchronize(s));
-  CHECK(w.done.load() == 1);
-  C.get();
+  return h;
+}
+
+// How many entries of v are not exactly `want` (0 when the GEMM wrote the right value everywhere).
+template <class T> int count_not(const std::vector<T>& v, T want) {
   int wrong = 0;
-  for (float c : C.h) wrong += c != 2.0f * 3.0f * n;
-  CHECK(wrong == 0);
-  BLAS_OK(cublasDestroy(h));
-  EMU_OK(cudaStreamDestroy(s));
+  for (T x : v) wrong += x != want;
+  return wrong;
+}
+
+// A non-blocking stream s and a handle h on it; n x n floats A = B = 0 and C = -1; on s a host function
+// that after `delay` sets A = 2 and B = 3, and behind it C = A B (cublasSgemm, N N). The tests below
+// check what that GEMM saw and when it ran; each destroys h and s itself.
+struct gemm_behind_writer {
+  int n;
+  cudaStream_t s = nonblocking_stream();
+  cublasHandle_t h = handle_on(s);
+  dbuf<float> A, B, C;
+  writer w;
+  gemm_behind_writer(int n_, std::chrono::milliseconds delay) : n(n_), A(n * n, 0.0f), B(n * n, 0.0f), C(n * n, -1.0f) {
+    launch_writer(w, s, A.d, B.d, n * n, delay);
+    const float one = 1, zero = 0;
+    BLAS_OK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, A.d, n, B.d, n, &zero, C.d, n));
+  }
+};
+
+TEST_CASE("stream order: a GEMM behind a slow host function on the same stream reads what the host function wrote") {
+  gemm_behind_writer g(32, 200ms);
+  CHECK(cudaStreamQuery(g.s) == cudaErrorNotReady); // the call returned before the work ran
+  CHECK(g.w.done.load() == 0);
+  EMU_OK(cudaStreamSynchronize(g.s));
+  CHECK(g.w.done.load() == 1);
+  g.C.get();
+  CHECK(count_not(g.C.h, 2.0f * 3.0f * static_cast<float>(g.n)) == 0);
+  BLAS_OK(cublasDestroy(g.h));
+  EMU_OK(cudaStreamDestroy(g.s));
 }
 
 TEST_CASE("stream order: a GEMM on the legacy default stream waits for a blocking stream's earlier work") {
@@ -484,11 +514,7 @@ TEST_CASE("stream order: a GEMM on the legacy default stream waits for a blockin
   dbuf<double> A(n * n, 0.0), B(n * n, 0.0), C(n * n, -1.0);
   std::vector<float> a(n * n), b(n * n); // the writer writes floats: staging areas, copied below
   writer w;
-  w.a = a.data();
-  w.b = b.data();
-  w.n = n * n;
-  w.delay = 150ms;
-  EMU_OK(cudaLaunchHostFunc(s, &write_inputs, &w));
+  launch_writer(w, s, a.data(), b.data(), n * n, 150ms);
   // The GEMM goes to the legacy stream, which waits for s; it reads A and B, which s's host function
   // fills through a kernel-free path: a host function after it on s copies a, b into A, B.
   struct copy_in {
@@ -511,31 +537,19 @@ TEST_CASE("stream order: a GEMM on the legacy default stream waits for a blockin
   CHECK(w.done.load() == 0);
   C.get(); // cudaMemcpy on the legacy stream: after the GEMM
   CHECK(w.done.load() == 1);
-  int wrong = 0;
-  for (double c : C.h) wrong += c != 6.0 * n;
-  CHECK(wrong == 0);
+  CHECK(count_not(C.h, 6.0 * n) == 0);
   BLAS_OK(cublasDestroy(h));
   EMU_OK(cudaStreamDestroy(s));
 }
 
 TEST_CASE("two handles on two streams: each GEMM in its own stream's order, both results right") {
   const int n = 24;
-  cudaStream_t s1 = nullptr, s2 = nullptr;
-  EMU_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
-  EMU_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
-  cublasHandle_t h1 = nullptr, h2 = nullptr;
-  BLAS_OK(cublasCreate(&h1));
-  BLAS_OK(cublasCreate(&h2));
-  BLAS_OK(cublasSetStream(h1, s1));
-  BLAS_OK(cublasSetStream(h2, s2));
+  cudaStream_t s1 = nonblocking_stream(), s2 = nonblocking_stream();
+  cublasHandle_t h1 = handle_on(s1), h2 = handle_on(s2);
   dbuf<float> A1(n * n, 0.0f), B1(n * n, 0.0f), C1(n * n, -1.0f);
   dbuf<float> A2(n * n, 1.0f), B2(n * n, 1.0f), C2(n * n, -1.0f);
   writer w;
-  w.a = A1.d;
-  w.b = B1.d;
-  w.n = n * n;
-  w.delay = 200ms;
-  EMU_OK(cudaLaunchHostFunc(s1, &write_inputs, &w));
+  launch_writer(w, s1, A1.d, B1.d, n * n, 200ms);
   const float one = 1, zero = 0, half = 0.5f;
   BLAS_OK(cublasSgemm(h1, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, A1.d, n, B1.d, n, &zero, C1.d, n));
   BLAS_OK(cublasSgemm(h2, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &half, A2.d, n, B2.d, n, &zero, C2.d, n));
@@ -543,49 +557,28 @@ TEST_CASE("two handles on two streams: each GEMM in its own stream's order, both
   EMU_OK(cudaStreamSynchronize(s2));
   CHECK(w.done.load() == 0);
   C2.get();
-  int wrong2 = 0;
-  for (float c : C2.h) wrong2 += c != 0.5f * n;
-  CHECK(wrong2 == 0);
+  CHECK(count_not(C2.h, 0.5f * n) == 0);
   EMU_OK(cudaStreamSynchronize(s1));
   C1.get();
-  int wrong1 = 0;
-  for (float c : C1.h) wrong1 += c != 6.0f * n;
-  CHECK(wrong1 == 0);
+  CHECK(count_not(C1.h, 6.0f * n) == 0);
   BLAS_OK(cublasDestroy(h1));
   BLAS_OK(cublasDestroy(h2));
   for (cudaStream_t s : {s1, s2}) EMU_OK(cudaStreamDestroy(s));
 }
 
 TEST_CASE("cublasDestroy synchronises the device: a GEMM enqueued before it has run when it returns") {
-  const int n = 8;
-  cudaStream_t s = nullptr;
-  EMU_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cublasHandle_t h = nullptr;
-  BLAS_OK(cublasCreate(&h));
-  BLAS_OK(cublasSetStream(h, s));
-  dbuf<float> A(n * n, 0.0f), B(n * n, 0.0f), C(n * n, -1.0f);
-  writer w;
-  w.a = A.d;
-  w.b = B.d;
-  w.n = n * n;
-  w.delay = 100ms;
-  EMU_OK(cudaLaunchHostFunc(s, &write_inputs, &w));
-  const float one = 1, zero = 0;
-  BLAS_OK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, A.d, n, B.d, n, &zero, C.d, n));
-  BLAS_OK(cublasDestroy(h));
-  CHECK(cudaStreamQuery(s) == cudaSuccess);
-  EMU_OK(cudaStreamDestroy(s));
+  gemm_behind_writer g(8, 100ms);
+  BLAS_OK(cublasDestroy(g.h));
+  CHECK(cudaStreamQuery(g.s) == cudaSuccess);
+  EMU_OK(cudaStreamDestroy(g.s));
 }
 
 // ---- capture and device pointer mode --------------------------------------------------------------
 
 TEST_CASE("stream capture: a captured GEMM runs at each replay on the inputs of that moment, not at capture") {
   const int n = 6;
-  cudaStream_t s = nullptr;
-  EMU_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cublasHandle_t h = nullptr;
-  BLAS_OK(cublasCreate(&h));
-  BLAS_OK(cublasSetStream(h, s));
+  cudaStream_t s = nonblocking_stream();
+  cublasHandle_t h = handle_on(s);
   dbuf<double> A(n * n, 1.0), B(n * n, 1.0), C(n * n, -1.0);
   double alpha = 1, zero = 0;
   EMU_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -622,11 +615,8 @@ TEST_CASE("stream capture: a captured GEMM runs at each replay on the inputs of 
 
 TEST_CASE("device pointer mode: alpha and beta are read from device memory when the GEMM runs") {
   const int n = 4;
-  cudaStream_t s = nullptr;
-  EMU_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cublasHandle_t h = nullptr;
-  BLAS_OK(cublasCreate(&h));
-  BLAS_OK(cublasSetStream(h, s));
+  cudaStream_t s = nonblocking_stream();
+  cublasHandle_t h = handle_on(s);
   BLAS_OK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_DEVICE));
   dbuf<float> A(n * n, 1.0f), B(n * n, 1.0f), C(n * n, 10.0f), scalars(2, 0.0f);
   // alpha and beta are still 0 when the GEMM is enqueued; the host function ahead of it sets them.
