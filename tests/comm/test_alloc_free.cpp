@@ -140,6 +140,24 @@ int alloc_free_cycles(int rank, const braid::unique_id& id, int n, int cycles) {
   return ok;
 }
 
+// Every rank of a fork_ranks run exited with ok; a failure names the rank and its exit code.
+void check_every_rank_ok(const std::vector<int>& status) {
+  for (std::size_t r = 0; r < status.size(); ++r) {
+    INFO("rank " << r << " exit status " << status[r]);
+    CHECK(status[r] == ok);
+  }
+}
+
+// Forks n process ranks, each joins a communicator with `join_timeout` and returns fn(rank, c), an
+// exit code above; the whole run gets `run_timeout`. Checks that every rank returned ok.
+void on_process_ranks(int n, std::chrono::seconds join_timeout, std::chrono::seconds run_timeout,
+                      int (*fn)(int rank, communicator& c)) {
+  check_every_rank_ok(braid::testing::fork_ranks(n, [&](int rank, const braid::unique_id& id) {
+    communicator c = communicator::join(id, rank, n, braid::options{}.with_timeout(join_timeout));
+    return fn(rank, c);
+  }, run_timeout));
+}
+
 void run_cycles(int n, int cycles) {
   const std::uint64_t before = shmem_kib();
   const auto t0 = std::chrono::steady_clock::now();
@@ -149,10 +167,7 @@ void run_cycles(int n, int cycles) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   MESSAGE(n << " ranks, " << cycles << " cycles: " << secs << " s; Shmem (system-wide) " << before << " kB before, "
             << shmem_kib() << " kB after");
-  for (std::size_t r = 0; r < status.size(); ++r) {
-    INFO("rank " << r << " exit status " << status[r]);
-    CHECK(status[r] == ok);
-  }
+  check_every_rank_ok(status);
 }
 
 } // namespace
@@ -171,8 +186,7 @@ TEST_CASE("alloc/free: 300 cycles of 16 MiB on 3 process ranks keep memory and m
 // correct while peers drop the mappings of freed ones, and mappings stay bounded by the live buffers.
 TEST_CASE("alloc/free: buffers freed in a different order on each rank; the live ones keep working") {
   constexpr int n = 3, steps = 300, keep = 4;
-  const auto status = braid::testing::fork_ranks(n, [](int rank, const braid::unique_id& id) {
-    communicator c = communicator::join(id, rank, n, braid::options{}.with_timeout(60s));
+  on_process_ranks(n, 60s, 120s, [](int rank, communicator& c) {
     std::mt19937 rng(static_cast<unsigned>(rank * 7919 + 1));
     std::vector<braid::buffer<int>> live;
     constexpr std::size_t count = 5000; // 20000 bytes: 5 pages
@@ -198,47 +212,38 @@ TEST_CASE("alloc/free: buffers freed in a different order on each rank; the live
       }
     }
     return static_cast<int>(ok);
-  }, 120s);
-  for (std::size_t r = 0; r < status.size(); ++r) {
-    INFO("rank " << r << " exit status " << status[r]);
-    CHECK(status[r] == ok);
-  }
+  });
 }
 
 // More frees than one registration message carries (wire::max_freed = 256): the rest are announced
 // at the following allocs, and then every mapping of a freed buffer is gone.
 TEST_CASE("alloc/free: 300 buffers freed at once are unmapped by the peers over the next two allocs") {
-  const auto status = braid::testing::fork_ranks(2, [](int rank, const braid::unique_id& id) {
-    communicator c = communicator::join(id, rank, 2, braid::options{}.with_timeout(60s));
+  on_process_ranks(2, 60s, 120s, [](int rank, communicator& c) {
     const int base = braid_buffers().maps;
     std::vector<braid::buffer<char>> many;
     for (int i = 0; i < 300; ++i) many.push_back(c.alloc<char>(4096));
     if (braid_buffers().maps != base + 600) return static_cast<int>(too_many_maps);
     many.clear(); // this rank's 300 unmapped now; the peer's 300 mappings stay until announced
     if (braid_buffers().maps != base + 300) return static_cast<int>(too_many_maps);
+    // Whether this rank holds `want` mappings more than at the start; prints the count when not.
+    const auto maps_are = [&](int want, const char* when) {
+      const int m = braid_buffers().maps;
+      if (m != base + want)
+        std::fprintf(stderr, "rank %d: %d mappings after the %s alloc, expected %d\n", rank, m - base, when, want);
+      return m == base + want;
+    };
     braid::buffer<char> a = c.alloc<char>(4096); // announces 256 of them: 44 left, plus a's 2
-    if (const int m = braid_buffers().maps; m != base + 46) {
-      std::fprintf(stderr, "rank %d: %d mappings after the first alloc, expected %d\n", rank, m - base, 46);
-      return static_cast<int>(too_many_maps);
-    }
+    if (!maps_are(46, "first")) return static_cast<int>(too_many_maps);
     braid::buffer<char> b = c.alloc<char>(4096); // the last 44
-    if (const int m = braid_buffers().maps; m != base + 4) {
-      std::fprintf(stderr, "rank %d: %d mappings after the second alloc, expected %d\n", rank, m - base, 4);
-      return static_cast<int>(too_many_maps);
-    }
+    if (!maps_are(4, "second")) return static_cast<int>(too_many_maps);
     return static_cast<int>(ok);
-  }, 120s);
-  for (std::size_t r = 0; r < status.size(); ++r) {
-    INFO("rank " << r << " exit status " << status[r]);
-    CHECK(status[r] == ok);
-  }
+  });
 }
 
 // A buffer outlives its communicator: freeing it then still returns its memory, though a peer still
 // maps it. The peer reads the freed pages as zeros (no crash).
 TEST_CASE("alloc/free: a buffer freed after its communicator was closed returns its memory; peers read zeros") {
-  const auto status = braid::testing::fork_ranks(2, [](int rank, const braid::unique_id& id) {
-    communicator c = communicator::join(id, rank, 2, braid::options{}.with_timeout(30s));
+  on_process_ranks(2, 30s, 60s, [](int rank, communicator& c) {
     std::optional<braid::buffer<char>> b(c.alloc<char>(4 * mib));
     std::memset(b->data(), 'x', b->size());
     c.barrier();
@@ -271,9 +276,5 @@ TEST_CASE("alloc/free: a buffer freed after its communicator was closed returns 
       ++seen;
     }
     return seen == 1 ? static_cast<int>(ok) : static_cast<int>(too_many_maps);
-  }, 60s);
-  for (std::size_t r = 0; r < status.size(); ++r) {
-    INFO("rank " << r << " exit status " << status[r]);
-    CHECK(status[r] == ok);
-  }
+  });
 }
