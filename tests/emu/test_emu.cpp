@@ -139,6 +139,13 @@ u64 read_u64(const u64* p) {
 
 constexpr u64 second = 1000000000ull;
 
+// A new stream that does not wait for the legacy default stream (nor it for this one).
+cudaStream_t nonblocking_stream() {
+  cudaStream_t s = nullptr;
+  REQUIRE_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  return s;
+}
+
 } // namespace
 
 TEST_CASE("coordinates, block-shared memory and the block barrier, for odd launch shapes") {
@@ -181,9 +188,7 @@ TEST_CASE("threads that exit do not hold up the barrier of the others") {
 TEST_CASE("a stream runs its work in order; kernels of two streams run side by side") {
   const u64 n = 10000;
   auto* a = device_alloc<u64>(n);
-  cudaStream_t s1 = nullptr, s2 = nullptr;
-  EMU_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
-  EMU_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  cudaStream_t s1 = nonblocking_stream(), s2 = nonblocking_stream();
   for (int i = 0; i < 5; ++i) EMU_OK(gpu::launch(&twice_plus_one, 3u, 64u, 0, s1, a, n)); // x -> 2x+1, five times: 31
   EMU_OK(cudaStreamSynchronize(s1));
   std::vector<u64> h(n);
@@ -255,9 +260,7 @@ TEST_CASE("the legacy default stream waits for blocking streams' earlier work") 
 TEST_CASE("a destroyed stream's work still runs, and device synchronisation waits for it") {
   abort_block ab;
   auto* word = device_alloc<u64>(2);
-  cudaStream_t s = nullptr, other = nullptr;
-  EMU_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  EMU_OK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  cudaStream_t s = nonblocking_stream(), other = nonblocking_stream();
   EMU_OK(gpu::launch(&wait_kernel, 1u, 32u, 0, s, word, u64{1}, ab.ab, 20 * second, word + 1));
   EMU_OK(cudaStreamDestroy(s)); // returns at once; the kernel is still waiting
   EMU_OK(gpu::launch(&post_kernel, 1u, 32u, 0, other, word, u64{1}));
@@ -268,9 +271,8 @@ TEST_CASE("a destroyed stream's work still runs, and device synchronisation wait
 }
 
 TEST_CASE("a kernel launched into another device's stream is refused") {
-  cudaStream_t s1 = nullptr;
   EMU_OK(cudaSetDevice(1));
-  EMU_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  cudaStream_t s1 = nonblocking_stream(); // on device 1
   EMU_OK(cudaSetDevice(0));
   CHECK(gpu::launch(&post_kernel, 1u, 32u, 0, s1, static_cast<u64*>(nullptr), u64{1}) == cudaErrorInvalidResourceHandle);
   CHECK(cudaGetLastError() == cudaErrorInvalidResourceHandle);
@@ -280,9 +282,7 @@ TEST_CASE("a kernel launched into another device's stream is refused") {
 TEST_CASE("events: record, query, synchronize, a stream waiting for another stream's event") {
   abort_block ab;
   auto* word = device_alloc<u64>(4);
-  cudaStream_t s1 = nullptr, s2 = nullptr;
-  EMU_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
-  EMU_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  cudaStream_t s1 = nonblocking_stream(), s2 = nonblocking_stream();
   cudaEvent_t e = nullptr;
   EMU_OK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   CHECK(cudaEventQuery(e) == cudaSuccess); // never recorded: complete
@@ -293,8 +293,7 @@ TEST_CASE("events: record, query, synchronize, a stream waiting for another stre
   std::this_thread::sleep_for(50ms);
   CHECK(cudaEventQuery(e) == cudaErrorNotReady);
   CHECK(cudaStreamQuery(s2) == cudaErrorNotReady);
-  cudaStream_t s3 = nullptr;
-  EMU_OK(cudaStreamCreateWithFlags(&s3, cudaStreamNonBlocking));
+  cudaStream_t s3 = nonblocking_stream();
   EMU_OK(gpu::launch(&post_kernel, 1u, 32u, 0, s3, word, u64{1}));
   EMU_OK(cudaEventSynchronize(e));
   EMU_OK(cudaStreamSynchronize(s2));
@@ -327,9 +326,7 @@ void run(void* p) {
 TEST_CASE("cudaLaunchHostFunc: runs after the stream's earlier work, and the later work waits for it") {
   abort_block ab;
   auto* word = device_alloc<u64>(4);
-  cudaStream_t s1 = nullptr, s2 = nullptr;
-  EMU_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
-  EMU_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  cudaStream_t s1 = nonblocking_stream(), s2 = nonblocking_stream();
   hostfn::probe pr;
   pr.word = word + 2;
   // s1: wait for word[0] (posted from s2 later), write word[2] = 5, the host function, write word[2] = 7.
@@ -369,8 +366,7 @@ TEST_CASE("stream capture: kernels and copies replay in order; synchronising cal
   const u64 n = 1000;
   auto* a = device_alloc<u64>(n);
   auto* b = device_alloc<u64>(n);
-  cudaStream_t s = nullptr;
-  EMU_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = nonblocking_stream();
   EMU_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   cudaStreamCaptureStatus st{};
   EMU_OK(cudaStreamIsCapturing(s, &st));
@@ -555,9 +551,7 @@ TEST_CASE("wait_ge reads the abort flag once per abort_every_ns of a wait, not i
   cd::sys_u32(ab.ab->flag).store(1u, gpu::memory_order::release);
   auto* word = device_alloc<u64>(1);
   auto* result = device_alloc<u64>(2);
-  cudaStream_t s1 = nullptr, s2 = nullptr;
-  EMU_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
-  EMU_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  cudaStream_t s1 = nonblocking_stream(), s2 = nonblocking_stream();
   // The word comes after 0.1 s: the wait passes.
   EMU_OK(gpu::launch(&wait_every_kernel, 1u, 32u, 0, s1, word, u64{1}, ab.ab, 20 * second, second, result));
   std::this_thread::sleep_for(100ms);
@@ -590,9 +584,7 @@ TEST_CASE("CUDA_LAUNCH_BLOCKING=1 serialises launches: a kernel waiting for a la
   const bool blocking = lb && lb[0] == '1';
   abort_block ab;
   auto* word = device_alloc<u64>(2);
-  cudaStream_t s1 = nullptr, s2 = nullptr;
-  EMU_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
-  EMU_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  cudaStream_t s1 = nonblocking_stream(), s2 = nonblocking_stream();
   const auto t0 = std::chrono::steady_clock::now();
   EMU_OK(gpu::launch(&wait_kernel, 1u, 32u, 0, s1, word, u64{1}, ab.ab, second / 2, word + 1));
   const double launch_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
