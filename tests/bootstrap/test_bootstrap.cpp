@@ -99,6 +99,33 @@ template <class F> void expect_protocol(F&& f, const std::string& what) {
   expect_error<braid::protocol_error>(errc::protocol, f, what);
 }
 
+// The message of the braid::invalid_argument that f raises; empty when it raises none (any other
+// exception leaves the case, which fails it).
+template <class F> std::string invalid_argument_message(F&& f) {
+  try {
+    f();
+  } catch (const braid::invalid_argument& e) {
+    return e.what();
+  }
+  return {};
+}
+
+// launch_info_from_env() in the environment as it is: checks its rank and size, and that its id is
+// derived from the launcher's variables (not given by BRAID_UNIQUE_ID). `launcher` names the case.
+braid::launch_info derived_launch_info(const char* launcher, int rank, int size) {
+  INFO(launcher);
+  const braid::launch_info li = braid::launch_info_from_env();
+  CHECK(li.rank == rank);
+  CHECK(li.size == size);
+  CHECK(li.derived_id);
+  return li;
+}
+
+// Checks that `message` contains `says`; a failure prints both.
+void check_says(const std::string& message, const std::string& says) {
+  CHECK_MESSAGE(message.find(says) != std::string::npos, "got: " << message << "\nwant: " << says);
+}
+
 } // namespace
 
 // ---- unique_id ----------------------------------------------------------------------------------------
@@ -271,10 +298,7 @@ TEST_CASE("launch_info_from_env: torchrun variables") {
   env_scope env;
   clean_env(env);
   env.set("RANK", "1").set("WORLD_SIZE", "4").set("MASTER_ADDR", "127.0.0.1").set("MASTER_PORT", "29500");
-  const braid::launch_info li = braid::launch_info_from_env();
-  CHECK(li.rank == 1);
-  CHECK(li.size == 4);
-  CHECK(li.derived_id);
+  const braid::launch_info li = derived_launch_info("torchrun", 1, 4);
   CHECK(braid::launch_info_from_env().id == li.id); // every rank of the job derives the same id
 
   env.set("RANK", "3");
@@ -311,10 +335,7 @@ TEST_CASE("launch_info_from_env: OpenMPI and Slurm variables") {
     env_scope env;
     clean_env(env);
     env.set("OMPI_COMM_WORLD_RANK", "2").set("OMPI_COMM_WORLD_SIZE", "3").set("OMPI_MCA_ess_base_jobid", "12345");
-    const braid::launch_info li = braid::launch_info_from_env();
-    CHECK(li.rank == 2);
-    CHECK(li.size == 3);
-    CHECK(li.derived_id);
+    (void)derived_launch_info("OpenMPI", 2, 3);
     env.set("OMPI_COMM_WORLD_LOCAL_SIZE", "1");
     expect_error<braid::unsupported_error>(errc::unsupported, [] { (void)braid::launch_info_from_env(); },
                                            "OMPI_COMM_WORLD_LOCAL_SIZE=1 of 3");
@@ -323,10 +344,7 @@ TEST_CASE("launch_info_from_env: OpenMPI and Slurm variables") {
     env_scope env;
     clean_env(env);
     env.set("SLURM_PROCID", "0").set("SLURM_NTASKS", "2").set("SLURM_JOB_ID", "99");
-    const braid::launch_info li = braid::launch_info_from_env();
-    CHECK(li.rank == 0);
-    CHECK(li.size == 2);
-    CHECK(li.derived_id);
+    const braid::launch_info li = derived_launch_info("Slurm", 0, 2);
     env.set("SLURM_STEP_ID", "1");
     CHECK_FALSE(braid::launch_info_from_env().id == li.id);
   }
@@ -413,19 +431,19 @@ TEST_CASE("bad environment values: each message says what is wrong with the valu
       {"BRAID_ALGO", "bogus", "BRAID_ALGO: unknown algorithm 'bogus'"},
       {"BRAID_ALGO", "bogus=ring", "BRAID_ALGO: unknown collective 'bogus'"},
   };
-  for (const auto& c : cases) {
-    env_scope env;
-    clean_env(env);
-    env.set(c.var, c.value);
-    INFO(c.var << "=" << c.value);
-    std::string what;
-    try {
-      (void)braid::options::from_env();
-    } catch (const braid::invalid_argument& e) {
-      what = e.what();
+  // Each case over a clean environment, after what `prepare` sets: c.var = c.value makes parse()
+  // raise invalid_argument saying c.says. INFO names the variable and the value.
+  const auto check_each = [](const auto& list, auto prepare, auto parse) {
+    for (const bad_value& c : list) {
+      env_scope env;
+      clean_env(env);
+      prepare(env);
+      env.set(c.var, c.value);
+      INFO(c.var << "=" << c.value);
+      check_says(invalid_argument_message(parse), c.says);
     }
-    CHECK_MESSAGE(what.find(c.says) != std::string::npos, "got: " << what << "\nwant: " << c.says);
-  }
+  };
+  check_each(cases, [](env_scope&) {}, [] { (void)braid::options::from_env(); });
 
   // A good BRAID_SPIN sets options::spin (the default is 200 us).
   {
@@ -449,31 +467,15 @@ TEST_CASE("bad environment values: each message says what is wrong with the valu
       {"LOCAL_WORLD_SIZE", "many", "LOCAL_WORLD_SIZE='many' is not a number"},
       {"BRAID_UNIQUE_ID", "12ab", "BRAID_UNIQUE_ID: unique id must be 64 hex digits, got 4 characters"},
   };
-  for (const auto& c : launch) {
-    env_scope env;
-    clean_env(env);
+  const auto launch_info = [] { (void)braid::launch_info_from_env(); };
+  check_each(launch, [](env_scope& env) {
     env.set("RANK", "0").set("WORLD_SIZE", "2").set("MASTER_ADDR", "127.0.0.1").set("MASTER_PORT", "29500");
-    env.set(c.var, c.value);
-    INFO(c.var << "=" << c.value);
-    std::string what;
-    try {
-      (void)braid::launch_info_from_env();
-    } catch (const braid::invalid_argument& e) {
-      what = e.what();
-    }
-    CHECK_MESSAGE(what.find(c.says) != std::string::npos, "got: " << what << "\nwant: " << c.says);
-  }
+  }, launch_info);
   {
     env_scope env;
     clean_env(env);
     env.set("OMPI_COMM_WORLD_RANK", "x1").set("OMPI_COMM_WORLD_SIZE", "2").set("OMPI_MCA_ess_base_jobid", "1");
-    std::string what;
-    try {
-      (void)braid::launch_info_from_env();
-    } catch (const braid::invalid_argument& e) {
-      what = e.what();
-    }
-    CHECK_MESSAGE(what.find("OMPI_COMM_WORLD_RANK='x1' is not a number") != std::string::npos, "got: " << what);
+    check_says(invalid_argument_message(launch_info), "OMPI_COMM_WORLD_RANK='x1' is not a number");
   }
 }
 
