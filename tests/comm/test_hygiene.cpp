@@ -132,77 +132,72 @@ void check_statuses(const std::vector<int>& status, int killed = -1) {
   }
 }
 
+// Forks n process ranks; each joins a communicator with `timeout` and runs body(rank, c, id), whose
+// nonzero return is the rank's exit code. Once the communicator is gone each rank checks that it
+// left nothing behind (check_gone). Then the parent checks every rank's status (rank `killed`, if
+// any, died by SIGKILL) and that /dev/shm gained no braid entry.
+void run_leaving_nothing(int n, std::chrono::nanoseconds timeout,
+                         int (*body)(int rank, communicator& c, const braid::unique_id& id), int killed = -1) {
+  const auto before = dir_entries("/dev/shm");
+  const auto status = braid::testing::fork_ranks(n, [&](int rank, const braid::unique_id& id) {
+    const int fds_before = my_fds().total;
+    {
+      communicator c = communicator::join(id, rank, n, braid::options{}.with_timeout(timeout));
+      if (const int e = body(rank, c, id)) return e;
+    }
+    return check_gone(fds_before);
+  }, 120s);
+  check_statuses(status, killed);
+  CHECK(new_braid_entries(before).empty());
+}
+
 } // namespace
 
 TEST_CASE("hygiene: normal exit leaves nothing in /dev/shm and no descriptor; memfds are 0600") {
-  const auto before = dir_entries("/dev/shm");
-  const auto status = braid::testing::fork_ranks(3, [](int rank, const braid::unique_id& id) {
-    const int fds_before = my_fds().total;
-    {
-      communicator c = communicator::join(id, rank, 3, braid::options{}.with_timeout(30s));
-      braid::buffer<float> b = c.alloc<float>(4096); // a registered buffer: one more memfd per rank
-      for (auto& x : b) x = 1.0f;
-      std::vector<float> out(4096);
-      c.all_reduce(b.data(), out.data(), out.size());
-      if (out[17] != 3.0f) return static_cast<int>(wrong_error);
-      if (const int e = check_live(id)) return e;
-    }
-    return check_gone(fds_before);
-  }, 120s);
-  check_statuses(status);
-  CHECK(new_braid_entries(before).empty());
+  run_leaving_nothing(3, 30s, [](int, communicator& c, const braid::unique_id& id) {
+    braid::buffer<float> b = c.alloc<float>(4096); // a registered buffer: one more memfd per rank
+    for (auto& x : b) x = 1.0f;
+    std::vector<float> out(4096);
+    c.all_reduce(b.data(), out.data(), out.size());
+    if (out[17] != 3.0f) return static_cast<int>(wrong_error);
+    return check_live(id);
+  });
 }
 
 TEST_CASE("hygiene: after an error (timeout) no descriptor, memfd or /dev/shm entry is left") {
-  const auto before = dir_entries("/dev/shm");
-  const auto status = braid::testing::fork_ranks(3, [](int rank, const braid::unique_id& id) {
-    const int fds_before = my_fds().total;
-    {
-      communicator c = communicator::join(id, rank, 3, braid::options{}.with_timeout(300ms));
-      std::vector<float> v(1000, 1.0f);
-      if (rank == 2) {
-        std::this_thread::sleep_for(1500ms); // never enters: the others time out
-      } else {
-        try {
-          c.all_reduce(std::span<float>(v));
-          return static_cast<int>(wrong_error);
-        } catch (const braid::timeout_error&) {
-        } catch (const braid::peer_error&) {
-        }
-        if (const int e = check_live(id)) return e;
-      }
+  run_leaving_nothing(3, 300ms, [](int rank, communicator& c, const braid::unique_id& id) {
+    std::vector<float> v(1000, 1.0f);
+    if (rank == 2) {
+      std::this_thread::sleep_for(1500ms); // never enters: the others time out
+      return static_cast<int>(ok);
     }
-    return check_gone(fds_before);
-  }, 120s);
-  check_statuses(status);
-  CHECK(new_braid_entries(before).empty());
+    try {
+      c.all_reduce(std::span<float>(v));
+      return static_cast<int>(wrong_error);
+    } catch (const braid::timeout_error&) {
+    } catch (const braid::peer_error&) {
+    }
+    return check_live(id);
+  });
 }
 
 TEST_CASE("hygiene: after a rank is SIGKILLed mid-collective the survivors hold nothing and /dev/shm is unchanged") {
-  const auto before = dir_entries("/dev/shm");
-  const auto status = braid::testing::fork_ranks(4, [](int rank, const braid::unique_id& id) {
-    const int fds_before = my_fds().total;
-    {
-      communicator c = communicator::join(id, rank, 4, braid::options{}.with_timeout(10s));
-      braid::buffer<float> b = c.alloc<float>(std::size_t{1} << 18);
-      std::vector<float> out(b.size());
-      if (rank == 1) {
-        std::thread([] {
-          std::this_thread::sleep_for(200ms);
-          ::kill(::getpid(), SIGKILL);
-        }).detach();
-      }
-      try {
-        for (;;) c.all_reduce(b.data(), out.data(), out.size());
-      } catch (const braid::peer_error&) {
-      } catch (const braid::usage_error&) {
-      }
-      if (const int e = check_live(id)) return e;
+  run_leaving_nothing(4, 10s, [](int rank, communicator& c, const braid::unique_id& id) {
+    braid::buffer<float> b = c.alloc<float>(std::size_t{1} << 18);
+    std::vector<float> out(b.size());
+    if (rank == 1) {
+      std::thread([] {
+        std::this_thread::sleep_for(200ms);
+        ::kill(::getpid(), SIGKILL);
+      }).detach();
     }
-    return check_gone(fds_before);
-  }, 120s);
-  check_statuses(status, 1);
-  CHECK(new_braid_entries(before).empty());
+    try {
+      for (;;) c.all_reduce(b.data(), out.data(), out.size());
+    } catch (const braid::peer_error&) {
+    } catch (const braid::usage_error&) {
+    }
+    return check_live(id);
+  }, 1);
 }
 
 TEST_CASE("hygiene: the rendezvous socket is named by the unique id's 128 random bits and disappears after join") {
