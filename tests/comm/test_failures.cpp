@@ -469,6 +469,26 @@ std::vector<int> alloc_after_rank1_goes(alloc_record* rec, bool close) {
   }, 60s);
 }
 
+// Runs alloc_after_rank1_goes(close) `trials` times. Each time: rank 1 exited with 3 and the survivors
+// (ranks 0 and 2) with 0, and check(trial, r, rec, what) judges what survivor r raised (`what`: its
+// message). INFO names the trial, the rank, its message and errno in every failure.
+template <class F> void check_survivors(int trials, bool close, F check) {
+  for (int trial = 0; trial < trials; ++trial) {
+    INFO("trial " << trial);
+    alloc_record* rec = shared_object<alloc_record>();
+    const auto status = alloc_after_rank1_goes(rec, close);
+    CHECK(status[1] == 3);
+    for (int r : {0, 2}) {
+      const auto ur = static_cast<std::size_t>(r);
+      const std::string what(rec->what[ur]);
+      INFO("rank " << r << ": " << what << " (errno " << rec->sys_errno[ur] << ")");
+      CHECK(status[ur] == 0);
+      check(trial, r, *rec, what);
+    }
+    release_shared(rec);
+  }
+}
+
 // Issue 18: a peer that died before alloc. Over the sockets alloc uses (a star around rank 0), a dead
 // peer shows up as end of file, ECONNRESET or EPIPE, depending on what was unread when its process
 // went, and only on the socket to it: rank 2 reads from rank 0 alone, and sees rank 0's end go when
@@ -478,33 +498,23 @@ std::vector<int> alloc_after_rank1_goes(alloc_record* rec, bool close) {
 // rank 0 published its failure, and alloc's entry check refuses it with usage_error quoting rank 0's
 // error (api.md, entry check): accepted too, and that quote must name rank 1 as the rank that died.
 TEST_CASE("failures: a process that dies before alloc: each survivor raises peer_error naming the dead rank") {
-  for (int trial = 0; trial < 5; ++trial) {
-    INFO("trial " << trial);
-    alloc_record* rec = shared_object<alloc_record>();
-    const auto status = alloc_after_rank1_goes(rec, false);
-    CHECK(status[1] == 3);
-    for (int r : {0, 2}) {
-      const auto ur = static_cast<std::size_t>(r);
-      const std::string what(rec->what[ur]);
-      INFO("rank " << r << ": " << what << " (errno " << rec->sys_errno[ur] << ")");
-      CHECK(status[ur] == 0);
-      // Names rank 1 as the rank that died, whichever rank's socket showed it.
-      CHECK(what.find("rank 1 (pid ") != std::string::npos);
-      CHECK(what.find(") died") != std::string::npos);
-      if (r == 2 && rec->code[ur] == static_cast<int>(errc::invalid_usage)) {
-        CHECK(what.find("refuses further calls") != std::string::npos);
-        MESSAGE("trial " << trial << ", rank 2 (entered after rank 0's failure): " << what);
-        continue;
-      }
-      CHECK(rec->code[ur] == static_cast<int>(errc::peer_failed));
-      CHECK(rec->rank[ur] == r);
-      CHECK(rec->peer[ur] == 1);
-      CHECK(std::string(rec->collective[ur]) == "alloc");
-      CHECK(rec->seq[ur] == 2);
-      MESSAGE("trial " << trial << ", rank " << r << ": " << what);
+  check_survivors(5, false, [](int trial, int r, const alloc_record& rec, const std::string& what) {
+    const auto ur = static_cast<std::size_t>(r);
+    // Names rank 1 as the rank that died, whichever rank's socket showed it.
+    CHECK(what.find("rank 1 (pid ") != std::string::npos);
+    CHECK(what.find(") died") != std::string::npos);
+    if (r == 2 && rec.code[ur] == static_cast<int>(errc::invalid_usage)) {
+      CHECK(what.find("refuses further calls") != std::string::npos);
+      MESSAGE("trial " << trial << ", rank 2 (entered after rank 0's failure): " << what);
+      return;
     }
-    release_shared(rec);
-  }
+    CHECK(rec.code[ur] == static_cast<int>(errc::peer_failed));
+    CHECK(rec.rank[ur] == r);
+    CHECK(rec.peer[ur] == 1);
+    CHECK(std::string(rec.collective[ur]) == "alloc");
+    CHECK(rec.seq[ur] == 2);
+    MESSAGE("trial " << trial << ", rank " << r << ": " << what);
+  });
 }
 
 // The other side of the same search: a rank that closed its communicator before alloc did not die, and
@@ -512,31 +522,21 @@ TEST_CASE("failures: a process that dies before alloc: each survivor raises peer
 // its communicator); rank 2 raises rank 0's published failure (peer_error naming rank 0, quoting it) or,
 // entering after it was published, usage_error quoting it.
 TEST_CASE("failures: a process that closes its communicator before alloc is not reported as dead") {
-  for (int trial = 0; trial < 3; ++trial) {
-    INFO("trial " << trial);
-    alloc_record* rec = shared_object<alloc_record>();
-    const auto status = alloc_after_rank1_goes(rec, true);
-    CHECK(status[1] == 3);
-    for (int r : {0, 2}) {
-      const auto ur = static_cast<std::size_t>(r);
-      const std::string what(rec->what[ur]);
-      INFO("rank " << r << ": " << what);
-      CHECK(status[ur] == 0);
-      CHECK(what.find("rank 1 closed the connection") != std::string::npos);
-      CHECK(what.find("died during alloc") == std::string::npos);
-      if (r == 0) {
-        CHECK(rec->code[ur] == static_cast<int>(errc::protocol));
-        CHECK(rec->peer[ur] == 1);
-      } else if (rec->code[ur] == static_cast<int>(errc::peer_failed)) {
-        CHECK(rec->peer[ur] == 0);
-        CHECK(what.find("rank 0 failed") != std::string::npos);
-      } else {
-        CHECK(rec->code[ur] == static_cast<int>(errc::invalid_usage));
-      }
-      MESSAGE("trial " << trial << ", rank " << r << ": " << what);
+  check_survivors(3, true, [](int trial, int r, const alloc_record& rec, const std::string& what) {
+    const auto ur = static_cast<std::size_t>(r);
+    CHECK(what.find("rank 1 closed the connection") != std::string::npos);
+    CHECK(what.find("died during alloc") == std::string::npos);
+    if (r == 0) {
+      CHECK(rec.code[ur] == static_cast<int>(errc::protocol));
+      CHECK(rec.peer[ur] == 1);
+    } else if (rec.code[ur] == static_cast<int>(errc::peer_failed)) {
+      CHECK(rec.peer[ur] == 0);
+      CHECK(what.find("rank 0 failed") != std::string::npos);
+    } else {
+      CHECK(rec.code[ur] == static_cast<int>(errc::invalid_usage));
     }
-    release_shared(rec);
-  }
+    MESSAGE("trial " << trial << ", rank " << r << ": " << what);
+  });
 }
 
 TEST_CASE("run_threads rethrows the root cause, not a later rank's refusal") {
