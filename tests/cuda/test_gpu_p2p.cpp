@@ -348,25 +348,39 @@ TEST_CASE("send/recv: mismatched sizes raise mismatch_error on both ranks; the p
   CHECK(got == pattern(0, 7, 64));
 }
 
+namespace {
+// Runs call, a send or recv (`name`) that has no partner: it must raise timeout_error once `timeout`
+// has passed (and well before 2 s), naming `rank` and `peer`. `partner` names what was missing, for
+// the failure where it returns. Returns the error's message.
+template <class F>
+std::string expect_timeout(F&& call, clk::duration timeout, int rank, int peer, const char* name, const char* partner) {
+  INFO(name << " on rank " << rank);
+  const auto t0 = clk::now();
+  try {
+    call();
+  } catch (const braid::timeout_error& e) {
+    const auto waited = clk::now() - t0;
+    CHECK(waited >= timeout);
+    CHECK(waited < 2s);
+    CHECK(e.rank() == rank);
+    CHECK(e.peer() == peer);
+    CHECK(e.collective() == name);
+    return e.what();
+  }
+  FAIL(name << " returned without a " << partner);
+  return {};
+}
+} // namespace
+
 TEST_CASE("send/recv: timeouts") {
   group g({0, 1}, 300ms);
   // A recv with no sender.
   g.run([&](int r) {
     if (r != 1) return;
     void* buf = device_bytes(std::vector<unsigned char>(16, 0));
-    const auto t0 = clk::now();
-    try {
-      g.comm(1).recv(static_cast<float*>(buf), 4, 0, g.stream(1));
-      FAIL("recv returned without a sender");
-    } catch (const braid::timeout_error& e) {
-      const auto waited = clk::now() - t0;
-      CHECK(waited >= 300ms);
-      CHECK(waited < 2s);
-      CHECK(e.rank() == 1);
-      CHECK(e.peer() == 0);
-      CHECK(e.collective() == "recv");
-      CHECK(std::string(e.what()).find("recv") != std::string::npos);
-    }
+    const std::string what =
+        expect_timeout([&] { g.comm(1).recv(static_cast<float*>(buf), 4, 0, g.stream(1)); }, 300ms, 1, 0, "recv", "sender");
+    CHECK(what.find("recv") != std::string::npos);
     EMU_OK(cudaFree(buf));
   });
   // A send with no receiver: withdrawn, never delivered to a later recv.
@@ -377,18 +391,7 @@ TEST_CASE("send/recv: timeouts") {
     void* a = device_bytes(pattern(0, 1, 16));
     void* b = device_bytes(pattern(0, 2, 16));
     if (r == 0) {
-      const auto t0 = clk::now();
-      try {
-        g.comm(0).send(static_cast<const float*>(a), 4, 1, s);
-        FAIL("send returned without a receiver");
-      } catch (const braid::timeout_error& e) {
-        const auto waited = clk::now() - t0;
-        CHECK(waited >= 300ms);
-        CHECK(waited < 2s);
-        CHECK(e.rank() == 0);
-        CHECK(e.peer() == 1);
-        CHECK(e.collective() == "send");
-      }
+      (void)expect_timeout([&] { g.comm(0).send(static_cast<const float*>(a), 4, 1, s); }, 300ms, 0, 1, "send", "receiver");
       withdrawn = true;
       g.comm(0).send(static_cast<const float*>(b), 4, 1, s);
     } else {
