@@ -56,6 +56,20 @@ template <class T> bool same(const std::vector<T>& d, const tensor& h) {
   return std::int64_t(d.size()) == h.numel() && std::memcmp(d.data(), h.data<T>(), d.size() * sizeof(T)) == 0;
 }
 
+// A host layer's forward and backward on random inputs: x of shape s, y = forward(x), dy of y's
+// shape, dx = backward(dy). The device code under test must reproduce y and dx.
+struct host_pass {
+  tensor x, y, dy, dx;
+};
+template <class T, class Layer> host_pass host_forward_backward(Layer& layer, shape_t s, std::mt19937_64& rng) {
+  host_pass h;
+  h.x = random_tensor<T>(s, rng);
+  h.y = layer.forward(h.x);
+  h.dy = random_tensor<T>(h.y.shape(), rng);
+  h.dx = layer.backward(h.dy);
+  return h;
+}
+
 struct stream_fixture {
   cudaStream_t s = nullptr;
   stream_fixture() { EMU_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
@@ -68,10 +82,7 @@ struct stream_fixture {
 template <bool Max> void check_pool(std::mt19937_64& rng, cudaStream_t s) {
   // Overlapping windows (3 x 3, stride 2) on 11 x 9 planes: the last column of windows is partial and dropped.
   pool2d<float, Max> layer(3, 2);
-  const tensor x = random_tensor<float>({2, 3, 11, 9}, rng);
-  const tensor y = layer.forward(x);
-  const tensor dy = random_tensor<float>(y.shape(), rng);
-  const tensor dx = layer.backward(dy);
+  const auto [x, y, dy, dx] = host_forward_backward<float>(layer, {2, 3, 11, 9}, rng);
   dev<float> dx_in(x), d_y(y.numel()), d_dy(dy), d_dx(x.numel());
   dev<std::int32_t> arg(y.numel());
   const ops::pool_shape g = fused::pool_geometry(6, 11, 9, 3, 2);
@@ -90,10 +101,7 @@ TEST_CASE("device layers: ReLU, add, pooling, global average pooling and softmax
   stream_fixture f;
   {
     relu<float> layer;
-    const tensor x = random_tensor<float>({4, 5, 6, 7}, rng);
-    const tensor y = layer.forward(x);
-    const tensor dy = random_tensor<float>(x.shape(), rng);
-    const tensor dx = layer.backward(dy);
+    const auto [x, y, dy, dx] = host_forward_backward<float>(layer, {4, 5, 6, 7}, rng); // y and dy: x's shape
     dev<float> d_x(x), d_y(x.numel()), d_dy(dy), d_dx(x.numel());
     fused::relu_forward(d_x.p, d_y.p, x.numel(), f.s);
     fused::relu_backward(d_y.p, d_dy.p, d_dx.p, x.numel(), f.s);
@@ -108,10 +116,7 @@ TEST_CASE("device layers: ReLU, add, pooling, global average pooling and softmax
   check_pool<false>(rng, f.s);
   {
     global_avgpool<double> layer;
-    const tensor x = random_tensor<double>({3, 4, 5, 6}, rng);
-    const tensor y = layer.forward(x);
-    const tensor dy = random_tensor<double>(y.shape(), rng);
-    const tensor dx = layer.backward(dy);
+    const auto [x, y, dy, dx] = host_forward_backward<double>(layer, {3, 4, 5, 6}, rng);
     dev<double> d_x(x), d_y(y.numel()), d_dy(dy), d_dx(x.numel());
     fused::global_avgpool_forward(d_x.p, d_y.p, 12, 30, f.s);
     fused::global_avgpool_backward(d_dy.p, d_dx.p, 12, 30, f.s);
@@ -153,10 +158,7 @@ TEST_CASE("device convolution from im2col, DGEMM and col2im equals the host conv
     std::mt19937_64 init(5);
     conv2d<double> layer(c, o, k, stride, pad, false, init);
     const int n = 2;
-    const tensor x = random_tensor<double>({n, c, h, w}, rng);
-    const tensor y = layer.forward(x);
-    const tensor dy = random_tensor<double>(y.shape(), rng);
-    const tensor dx = layer.backward(dy);
+    const auto [x, y, dy, dx] = host_forward_backward<double>(layer, {n, c, h, w}, rng);
     const ops::conv_shape g = fused::conv_geometry(c, h, w, k, stride, pad);
     REQUIRE(g.ho == y.dim(2));
     REQUIRE(g.wo == y.dim(3));
