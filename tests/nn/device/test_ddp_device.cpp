@@ -11,6 +11,8 @@
 #include <braid/cuda.cuh>
 #include <braid/nn/ddp_device.cuh>
 
+#include "rank_threads.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -86,20 +88,10 @@ struct fixture {
   }
   // Runs body(rank) on one thread per rank; rethrows the first exception.
   template <class F> void each_rank(F body) {
-    std::exception_ptr err[2];
-    std::thread t[2];
-    for (int r = 0; r < 2; ++r)
-      t[r] = std::thread([&, r] {
-        try {
-          EMU_OK(cudaSetDevice(r));
-          body(r);
-        } catch (...) {
-          err[r] = std::current_exception();
-        }
-      });
-    for (auto& x : t) x.join();
-    for (auto& e : err)
-      if (e) std::rethrow_exception(e);
+    rank_threads::run(2, [&](int r) {
+      EMU_OK(cudaSetDevice(r));
+      body(r);
+    });
   }
 };
 

@@ -15,6 +15,7 @@
 #include <braid/nn/optim_device.cuh>
 
 #include "model_test_support.hpp"
+#include "rank_threads.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -156,53 +157,43 @@ TEST_CASE("fused::resnet: 2 GPUs on B/2 (bucket reducer, fused SGD) equal 1 GPU 
   auto comms = braid::cuda::create_group({0, 1}, go);
   std::vector<float> got[2];
   std::size_t buckets_seen[2] = {0, 0};
-  std::exception_ptr err[2];
-  std::thread t[2];
-  for (int r = 0; r < 2; ++r)
-    t[r] = std::thread([&, r] {
-      try {
-        device_side d(r);
-        cudaStream_t comm_stream = nullptr;
-        if (cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking) != cudaSuccess) throw std::runtime_error("stream");
-        {
-          fused::resnet<float> net(1, 10, 1, 4, d.pool, d.stream, d.blas);
-          net.load(*host);
-          net.set_training(false);
-          net.set_buckets(200); // several buckets, whole tensors each
-          fused::bucket_reducer<braid::cuda::communicator> red(comms[std::size_t(r)], net.grads(), net.size(), net.bucket_begin(),
-                                                               comm_stream);
-          net.on_bucket_ready([&](std::size_t b) {
-            red.ready(b, d.stream);
-            ++buckets_seen[r];
-          });
-          fused::sgd<float> opt({net.values(), net.grads(), net.size(), net.segments()}, d.stream, 0.9, 5e-4, true);
-          const std::int64_t half = B / 2;
-          for (int s = 0; s < steps; ++s) {
-            const tensor& full = xs[std::size_t(s)];
-            const std::int64_t per = full.numel() / B;
-            float* x = d.upload(full.data<float>() + r * half * per, half * per);
-            std::int32_t* l = d.upload(ls[std::size_t(s)].data() + r * half, half);
-            net.zero_grad();
-            net.forward(x, shape_t({half, 1, 12, 12}));
-            net.loss(l);
-            net.backward();
-            red.finish(d.stream);
-            opt.step(lr);
-            d.pool.deallocate(x, d.stream);
-            d.pool.deallocate(l, d.stream);
-          }
-          got[r] = d.download(net.values(), net.size());
-          if (buckets_seen[r] != std::size_t(steps) * net.bucket_begin().size()) throw std::runtime_error("bucket count");
-        }
-        cudaStreamSynchronize(comm_stream);
-        cudaStreamDestroy(comm_stream);
-      } catch (...) {
-        err[r] = std::current_exception();
+  rank_threads::run(2, [&](int r) {
+    device_side d(r);
+    cudaStream_t comm_stream = nullptr;
+    if (cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking) != cudaSuccess) throw std::runtime_error("stream");
+    {
+      fused::resnet<float> net(1, 10, 1, 4, d.pool, d.stream, d.blas);
+      net.load(*host);
+      net.set_training(false);
+      net.set_buckets(200); // several buckets, whole tensors each
+      fused::bucket_reducer<braid::cuda::communicator> red(comms[std::size_t(r)], net.grads(), net.size(), net.bucket_begin(),
+                                                           comm_stream);
+      net.on_bucket_ready([&](std::size_t b) {
+        red.ready(b, d.stream);
+        ++buckets_seen[r];
+      });
+      fused::sgd<float> opt({net.values(), net.grads(), net.size(), net.segments()}, d.stream, 0.9, 5e-4, true);
+      const std::int64_t half = B / 2;
+      for (int s = 0; s < steps; ++s) {
+        const tensor& full = xs[std::size_t(s)];
+        const std::int64_t per = full.numel() / B;
+        float* x = d.upload(full.data<float>() + r * half * per, half * per);
+        std::int32_t* l = d.upload(ls[std::size_t(s)].data() + r * half, half);
+        net.zero_grad();
+        net.forward(x, shape_t({half, 1, 12, 12}));
+        net.loss(l);
+        net.backward();
+        red.finish(d.stream);
+        opt.step(lr);
+        d.pool.deallocate(x, d.stream);
+        d.pool.deallocate(l, d.stream);
       }
-    });
-  for (auto& th : t) th.join();
-  for (auto& e : err)
-    if (e) std::rethrow_exception(e);
+      got[r] = d.download(net.values(), net.size());
+      if (buckets_seen[r] != std::size_t(steps) * net.bucket_begin().size()) throw std::runtime_error("bucket count");
+    }
+    cudaStreamSynchronize(comm_stream);
+    cudaStreamDestroy(comm_stream);
+  });
   REQUIRE_EQ(got[0].size(), single.size());
   CHECK(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)) == 0);
   const double e = rel_err(got[0].data(), single.data(), std::int64_t(single.size()));

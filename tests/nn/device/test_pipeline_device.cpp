@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "model_test_support.hpp"
+#include "rank_threads.hpp"
 
 using namespace braid::nn;
 using namespace model_test;
@@ -171,44 +172,35 @@ TEST_CASE("fused::pipeline: 2 stages on 2 emulated GPUs equal the unsplit networ
   auto comms = braid::cuda::create_group({0, 1});
   std::unique_ptr<sequential<float>> trained[2];
   double sums[2] = {0, 0};
-  std::exception_ptr err[2];
-  std::thread t[2];
-  for (int r = 0; r < 2; ++r)
-    t[r] = std::thread([&, r] {
-      try {
-        std::mt19937_64 init(21);
-        auto host = resnet<float>(blocks, 10, init, 1, width, false);
-        trained[r] = take_stage(*host, {cut}, r);
-        device_side d(r);
-        {
-          fused::resnet<float> stage(blocks, 10, 1, width, d.pool, d.stream, d.blas, r == 0 ? 0 : cut, r == 0 ? cut : std::size_t(-1));
-          stage.load(*trained[r]);
-          fused::pipeline<braid::cuda::communicator, float> pipe(stage, comms[std::size_t(r)], M);
-          fused::sgd<float> opt({stage.values(), stage.grads(), stage.size(), stage.segments()}, d.stream, 0.9, 5e-4, true);
-          for (const batch& b : data) {
-            float* x = r == 0 ? d.upload(b.x.data<float>(), b.x.numel()) : nullptr;
-            std::int32_t* l = r == 1 ? d.upload(b.labels.data(), B) : nullptr;
-            stage.zero_grad();
-            pipe.train_step(x, l, B, hw, hw);
-            opt.step(lr);
-            if (x) d.pool.deallocate(x, d.stream);
-            if (l) d.pool.deallocate(l, d.stream);
-          }
-          if (r == 1) {
-            const auto [loss, right] = stage.take_sums();
-            sums[0] = loss;
-            sums[1] = right;
-          }
-          stage.store(*trained[r]);
-        }
-      } catch (...) {
-        err[r] = std::current_exception();
-        for (auto& c : comms) c.abort();
+  rank_threads::run(2, [&](int r) {
+    std::mt19937_64 init(21);
+    auto host = resnet<float>(blocks, 10, init, 1, width, false);
+    trained[r] = take_stage(*host, {cut}, r);
+    device_side d(r);
+    {
+      fused::resnet<float> stage(blocks, 10, 1, width, d.pool, d.stream, d.blas, r == 0 ? 0 : cut, r == 0 ? cut : std::size_t(-1));
+      stage.load(*trained[r]);
+      fused::pipeline<braid::cuda::communicator, float> pipe(stage, comms[std::size_t(r)], M);
+      fused::sgd<float> opt({stage.values(), stage.grads(), stage.size(), stage.segments()}, d.stream, 0.9, 5e-4, true);
+      for (const batch& b : data) {
+        float* x = r == 0 ? d.upload(b.x.data<float>(), b.x.numel()) : nullptr;
+        std::int32_t* l = r == 1 ? d.upload(b.labels.data(), B) : nullptr;
+        stage.zero_grad();
+        pipe.train_step(x, l, B, hw, hw);
+        opt.step(lr);
+        if (x) d.pool.deallocate(x, d.stream);
+        if (l) d.pool.deallocate(l, d.stream);
       }
-    });
-  for (auto& th : t) th.join();
-  for (auto& e : err)
-    if (e) std::rethrow_exception(e);
+      if (r == 1) {
+        const auto [loss, right] = stage.take_sums();
+        sums[0] = loss;
+        sums[1] = right;
+      }
+      stage.store(*trained[r]);
+    }
+  }, [&](int) {
+    for (auto& c : comms) c.abort(); // the peer would wait for this rank's messages
+  });
 
   std::vector<float> got = host_params(*trained[0]), more = host_params(*trained[1]);
   got.insert(got.end(), more.begin(), more.end());
