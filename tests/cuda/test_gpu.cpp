@@ -1251,20 +1251,30 @@ TEST_CASE("gpu two streams per rank: interleaved calls and graph replays stay in
   for (cudaStream_t s : second) cudaStreamDestroy(s);
 }
 
-// Inputs from a stream-ordered pool (cudaMallocAsync): peer access does not map them, so a peer on
-// another GPU must not read them in place. The call stages them (reads_in_place says so) and the
-// result is right; on one GPU they are read in place.
-TEST_CASE("gpu pool-allocated inputs: staged when a peer is on another GPU, read in place on one GPU") {
+namespace {
+// Runs body(two_gpus, devs) for two ranks on one GPU (devs {0, 0}), then on two GPUs (devs {0, 1})
+// where the machine has two; a MESSAGE says when it has not. CAPTURE names the layout in every
+// failure inside body.
+template <class F> void on_one_and_two_gpus(F body) {
   int ndev = 0;
   GPU_OK(cudaGetDeviceCount(&ndev));
-  const std::size_t count = 4000;
   for (const bool two_gpus : {false, true}) {
     if (two_gpus && ndev < 2) {
       MESSAGE("one GPU: the two-GPU layout is not run");
       continue;
     }
     CAPTURE(two_gpus);
-    const std::vector<int> devs = two_gpus ? std::vector<int>{0, 1} : std::vector<int>{0, 0};
+    body(two_gpus, two_gpus ? std::vector<int>{0, 1} : std::vector<int>{0, 0});
+  }
+}
+} // namespace
+
+// Inputs from a stream-ordered pool (cudaMallocAsync): peer access does not map them, so a peer on
+// another GPU must not read them in place. The call stages them (reads_in_place says so) and the
+// result is right; on one GPU they are read in place.
+TEST_CASE("gpu pool-allocated inputs: staged when a peer is on another GPU, read in place on one GPU") {
+  const std::size_t count = 4000;
+  on_one_and_two_gpus([&](const bool two_gpus, const std::vector<int>& devs) {
     const int n = 2;
     auto g = gt::make_group(devs, sweep_timeout(), std::size_t{64} << 10, sweep_threads());
     float_buffers b(n, count, devs); // outputs (cudaMalloc) and plain inputs
@@ -1301,7 +1311,7 @@ TEST_CASE("gpu pool-allocated inputs: staged when a peer is on another GPU, read
       GPU_OK(cudaStreamSynchronize(stream_of(*g, r)));
     }
     GPU_OK(cudaSetDevice(0));
-  }
+  });
 }
 
 // Rounds per call (communicator::rounds()): with 64 KiB of staging a large out-of-place call of ranks
@@ -1316,15 +1326,7 @@ TEST_CASE("gpu in-place reads: ranks of one GPU run a large out-of-place call in
   const std::uint64_t staged_rounds =
       braid::schedule::nrounds(count, braid::schedule::per_round<braid::schedule::one_shot, float>(collective::all_reduce, n, half));
   REQUIRE(staged_rounds > 8);
-  int ndev = 0;
-  GPU_OK(cudaGetDeviceCount(&ndev));
-  for (const bool two_gpus : {false, true}) {
-    if (two_gpus && ndev < 2) {
-      MESSAGE("one GPU: the two-GPU layout is not run");
-      continue;
-    }
-    CAPTURE(two_gpus);
-    const std::vector<int> devs = two_gpus ? std::vector<int>{0, 1} : std::vector<int>{0, 0};
+  on_one_and_two_gpus([&](const bool two_gpus, const std::vector<int>& devs) {
     auto g = gt::make_group(devs, sweep_timeout(), staging, sweep_threads());
     float_buffers b(n, count * n, devs); // room for every collective's blocks
     b.count = count;
@@ -1386,7 +1388,7 @@ TEST_CASE("gpu in-place reads: ranks of one GPU run a large out-of-place call in
       if (two_gpus) CHECK(used > 1);
       else CHECK(used == 1);
     }
-  }
+  });
 }
 
 // Run by CTest with CUDA_LAUNCH_BLOCKING=1 (test_gpu_emu_launch_blocking): every launch returns only
