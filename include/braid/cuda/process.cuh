@@ -312,6 +312,12 @@ public:
   void close() noexcept {
     if (!s_) return;
     state& s = *s_;
+    // A failure in the group's abort record (a peer's death seen by the watcher, a kernel's timeout,
+    // another rank's abort) that no call of this rank raised yet, or that check() raised: the group
+    // has failed as surely as if a call had, and peers' kernels may still be reading this rank's
+    // memory. Closing normally would free it under them (the emulator makes that a SIGBUS in the
+    // peer, as CUDA makes it undefined).
+    if (!s.failed.load() && s.dev && s.dev->abort.rec() && cuda_detail::abort_raised(s.dev->abort.rec())) fail_quietly(s);
     // A failed device path: peers' kernels may read this rank's memory until they see the abort flag
     // (their next check). It is not freed: it stays allocated until the process exits.
     if (s.failed.load() && s.dev) (void)s.dev->segment.release();
