@@ -66,6 +66,7 @@
 #include "layers_device.cuh"
 #include "ops.hpp"
 #include "optim_device.cuh"
+#include "resnet_plan.hpp"
 #include "tensor.hpp"
 
 #if defined(BRAID_CUDA_EMULATOR) && !defined(__CUDACC__)
@@ -332,32 +333,25 @@ public:
   // backward_from(dy), which returns the gradient of their input.
   resnet(int blocks, int classes, int in_ch, int width, device_pool& pool, cudaStream_t stream, cublasHandle_t blas,
          std::size_t first, std::size_t last)
-      : sequential<T>(pool, stream, blas), blocks_(blocks), in_ch_(in_ch), width_(width) {
+      : sequential<T>(pool, stream, blas), in_ch_(in_ch), plan_(nn::detail::resnet_plan(blocks, classes, in_ch, width)) {
     detail::require_shape(blocks > 0 && classes > 0 && in_ch > 0 && width > 0, "resnet: bad shape");
-    children_ = 3 * std::size_t(blocks) + 5;
+    children_ = plan_.size();
     last = std::min(last, children_);
     detail::require_shape(first < last, "resnet: a stage needs first < last <= children()");
     first_ = first;
     last_ = last;
-    std::size_t k = 0;
-    auto mine = [&] { return k >= first_ && k < last_; };
-    if (mine()) this->template add<conv2d>(in_ch, width, 3, 1, 1);
-    ++k;
-    if (mine()) this->template add<batchnorm2d>(width);
-    ++k;
-    if (mine()) this->template add<relu>();
-    ++k;
-    int ch = width;
-    for (int stage = 0; stage < 3; ++stage) {
-      const int out = width << stage;
-      for (int b = 0; b < blocks; ++b, ++k) {
-        if (mine()) this->template add<basic_block>(ch, out, (stage > 0 && b == 0) ? 2 : 1);
-        ch = out;
+    using kind = nn::detail::resnet_child::kind;
+    for (std::size_t k = first_; k < last_; ++k) {
+      const nn::detail::resnet_child& c = plan_[k];
+      switch (c.what) {
+      case kind::conv: this->template add<conv2d>(c.in, c.out, 3, c.stride, 1); break;
+      case kind::batchnorm: this->template add<batchnorm2d>(c.out); break;
+      case kind::relu: this->template add<relu>(); break;
+      case kind::block: this->template add<basic_block>(c.in, c.out, c.stride); break;
+      case kind::pool: this->template add<global_avgpool>(); break;
+      case kind::linear: this->template add<linear>(c.in, c.out); break;
       }
     }
-    if (mine()) this->template add<global_avgpool>();
-    ++k;
-    if (mine()) this->template add<linear>(ch, classes);
     this->classifier_ = last_ == children_;
     this->build();
   }
@@ -371,26 +365,12 @@ public:
   // The shape of this stage's input for n images of h x w (in_ch channels): the output shape of
   // children [0, first) of the whole network (shape arithmetic only).
   shape_t input_shape(std::int64_t n, std::int64_t h, std::int64_t w) const {
-    if (first_ == 0) return shape_t({n, in_ch_, h, w});
-    auto conv3 = [&](std::int64_t stride) { // 3x3, padding 1
-      h = (h + 2 - 3) / stride + 1;
-      w = (w + 2 - 3) / stride + 1;
-    };
-    conv3(1); // children 0-2: conv, bn, relu
-    std::int64_t c = width_;
-    std::size_t k = 3;
-    for (int stage = 0; stage < 3; ++stage)
-      for (int b = 0; b < blocks_; ++b, ++k) {
-        if (k >= first_) return shape_t({n, c, h, w});
-        conv3((stage > 0 && b == 0) ? 2 : 1);
-        c = std::int64_t(width_) << stage;
-      }
-    if (k >= first_) return shape_t({n, c, h, w}); // the pooling's input
-    return shape_t({n, c});                         // the linear layer's input
+    return nn::detail::resnet_input_shape(plan_, first_, n, in_ch_, h, w);
   }
 
 private:
-  int blocks_, in_ch_, width_;
+  int in_ch_;
+  std::vector<nn::detail::resnet_child> plan_;
   std::size_t children_ = 0, first_ = 0, last_ = 0;
 };
 

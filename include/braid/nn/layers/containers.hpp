@@ -16,6 +16,7 @@
 #include "basic.hpp"
 #include "conv.hpp"
 #include "norm.hpp"
+#include "../resnet_plan.hpp"
 
 namespace braid::nn {
 
@@ -142,7 +143,7 @@ private:
   relu<T> out_;
 };
 
-// ResNet for 1-channel images (CIFAR-style ResNet-(6n+2)): conv3x3(16)-BN-ReLU, three stages of n
+// ResNet for 1-channel images (CIFAR-style ResNet-(6n+2), nn/resnet_plan.hpp): conv3x3(16)-BN-ReLU, three stages of n
 // basic blocks with 16, 32, 64 channels (the 2nd and 3rd start with stride 2), global average
 // pooling, linear to `classes`. n = 3 is ResNet-20. `width` scales the channel counts (16*width...).
 //
@@ -155,35 +156,37 @@ private:
 template <class T> std::unique_ptr<sequential<T>> resnet(int n, int classes, std::mt19937_64& rng,
                                                          int in_ch = 1, int width = 16, bool onednn = true) {
   bool blocked = false;
-#if BRAID_HAVE_DNNL
-  if constexpr (std::is_same_v<T, float>) blocked = onednn && onednn::block() > 0 && width % onednn::block() == 0;
-#endif
+  if constexpr (detail::serves_onednn<T>)
+    blocked = onednn && detail::onednn_block() > 0 && width % detail::onednn_block() == 0;
   auto net = std::make_unique<sequential<T>>();
-  auto& c0 = net->template add<conv2d<T>>(in_ch, width, 3, 1, 1, false, rng);
-  auto& b0 = net->template add<batchnorm2d<T>>(width);
-  if (!onednn) {
-    c0.use_onednn(false);
-    b0.use_onednn(false);
-  }
-  if (blocked) {
-    c0.set_blocked(false, true);
-    b0.set_blocked(true);
-  }
-  net->template add<relu<T>>();
-  int ch = width;
-  for (int stage = 0; stage < 3; ++stage) {
-    const int out = width << stage;
-    for (int b = 0; b < n; ++b) {
-      net->template add<basic_block<T>>(ch, out, (stage > 0 && b == 0) ? 2 : 1, rng, onednn, blocked);
-      ch = out;
+  auto setup = [&](auto& layer) {
+    if (!onednn) layer.use_onednn(false);
+  };
+  using kind = detail::resnet_child::kind;
+  for (const detail::resnet_child& c : detail::resnet_plan(n, classes, in_ch, width)) {
+    switch (c.what) {
+    case kind::conv: {
+      auto& l = net->template add<conv2d<T>>(c.in, c.out, 3, c.stride, 1, false, rng);
+      setup(l);
+      if (blocked) l.set_blocked(false, true);
+      break;
+    }
+    case kind::batchnorm: {
+      auto& l = net->template add<batchnorm2d<T>>(c.out);
+      setup(l);
+      if (blocked) l.set_blocked(true);
+      break;
+    }
+    case kind::relu: net->template add<relu<T>>(); break;
+    case kind::block: net->template add<basic_block<T>>(c.in, c.out, c.stride, rng, onednn, blocked); break;
+    case kind::pool: {
+      auto& l = net->template add<global_avgpool<T>>();
+      if (blocked) l.set_block(detail::onednn_block());
+      break;
+    }
+    case kind::linear: net->template add<linear<T>>(c.in, c.out, rng); break;
     }
   }
-  auto& pool = net->template add<global_avgpool<T>>();
-#if BRAID_HAVE_DNNL
-  if (blocked) pool.set_block(onednn::block());
-#endif
-  (void)pool;
-  net->template add<linear<T>>(ch, classes, rng);
   return net;
 }
 

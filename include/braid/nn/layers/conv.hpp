@@ -35,14 +35,10 @@ public:
     wo_ = (w + 2 * p_ - k_) / s_ + 1;
     detail::require(ho_ > 0 && wo_ > 0, "conv2d: input smaller than the kernel");
     tensor y({n, o_, ho_, wo_}, dtype_of_v<T>);
-#if BRAID_HAVE_DNNL
-    if constexpr (std::is_same_v<T, float>) {
-      if (dnnl_) {
-        dnnl_->forward(x, w_.value, has_bias_ ? &b_.value : nullptr, y);
-        return y;
-      }
+    if (dnnl_) {
+      dnnl_->forward(x, w_.value, has_bias_ ? &b_.value : nullptr, y);
+      return y;
     }
-#endif
     const int ck = c_ * k_ * k_, hw = ho_ * wo_;
     tensor col({ck, hw}, dtype_of_v<T>);
     const T* xp = x.data<T>();
@@ -65,11 +61,7 @@ public:
     const int n = int(x_.dim(0)), h = int(x_.dim(2)), w = int(x_.dim(3));
     const int ck = c_ * k_ * k_, hw = ho_ * wo_;
     detail::require(dy.numel() == std::int64_t(n) * o_ * hw, "conv2d: gradient " + dy.shape().str());
-#if BRAID_HAVE_DNNL
-    if constexpr (std::is_same_v<T, float>) {
-      if (dnnl_) return backward_dnnl(dy);
-    }
-#endif
+    if (dnnl_) return backward_dnnl(dy);
     tensor dx = tensor::zeros(x_.shape(), dtype_of_v<T>);
     tensor col({ck, hw}, dtype_of_v<T>);
     const T* xp = x_.data<T>();
@@ -103,48 +95,32 @@ public:
   parameter& weight() { return w_; }
   // Whether this float layer runs on oneDNN (the default where braid::nn found it) or on the
   // im2col + BLAS path (double layers always do). Tests compare the two.
-  bool uses_onednn() const noexcept {
-#if BRAID_HAVE_DNNL
-    return dnnl_ != nullptr;
-#else
-    return false;
-#endif
-  }
+  bool uses_onednn() const noexcept { return dnnl_ != nullptr; }
   void use_onednn(bool on) {
-#if BRAID_HAVE_DNNL
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (detail::serves_onednn<T>) {
       detail::use_onednn(dnnl_, on, "conv2d",
-                         [&] { return std::make_unique<onednn::conv>(c_, o_, k_, s_, p_, has_bias_); });
-      return;
+                         [&] { return std::make_unique<detail::onednn_conv>(c_, o_, k_, s_, p_, has_bias_); });
+    } else {
+      detail::require(!on, "conv2d: oneDNN serves float convolutions, and only where braid::nn was built with it");
     }
-#endif
-    detail::require(!on, "conv2d: oneDNN serves float convolutions, and only where braid::nn was built with it");
   }
   // oneDNN only: x and dx (in), y and dy (out) in oneDNN's channel-blocked layout
-  // (onednn::layout(true)) instead of NCHW, the shape still [N, C, H, W]. resnet() sets this between
-  // its own layers; the channel counts must be multiples of onednn::block().
+  // (onednn::layout(true), nn/onednn.hpp) instead of NCHW, the shape still [N, C, H, W]. resnet() sets this between
+  // its own layers; the channel counts must be multiples of oneDNN's channel block.
   void set_blocked(bool in, bool out) {
-#if BRAID_HAVE_DNNL
-    if constexpr (std::is_same_v<T, float>) {
-      const int b = onednn::block();
+    if constexpr (detail::serves_onednn<T>) {
+      const int b = detail::onednn_block();
       detail::require(dnnl_ && b > 0 && (!in || c_ % b == 0) && (!out || o_ % b == 0),
                       "conv2d: blocked activations need oneDNN and channel counts that are multiples of its block");
-      dnnl_ = std::make_unique<onednn::conv>(c_, o_, k_, s_, p_, has_bias_, in, out);
-      return;
+      dnnl_ = std::make_unique<detail::onednn_conv>(c_, o_, k_, s_, p_, has_bias_, in, out);
+    } else {
+      detail::require(!in && !out, "conv2d: blocked activations need oneDNN (float layers)");
     }
-#endif
-    detail::require(!in && !out, "conv2d: blocked activations need oneDNN (float layers)");
   }
   // The oneDNN implementations in use ("" on the BLAS path or before the first forward).
-  std::string onednn_impl() const {
-#if BRAID_HAVE_DNNL
-    if (dnnl_) return dnnl_->impl();
-#endif
-    return "";
-  }
+  std::string onednn_impl() const { return dnnl_ ? dnnl_->impl() : ""; }
 
 private:
-#if BRAID_HAVE_DNNL
   tensor backward_dnnl(const tensor& dy) {
     tensor dx(x_.shape(), dtype_of_v<T>);
     tensor dw(w_.grad.shape(), dtype_of_v<T>);
@@ -163,7 +139,6 @@ private:
     x_ = tensor();
     return dx;
   }
-#endif
   // The output columns [lo, hi) whose input column ox*s - p + kj lies inside [0, w).
   void valid_range(int kj, int w, int& lo, int& hi) const {
     const int off = kj - p_; // ix = ox*s + off
@@ -224,10 +199,9 @@ private:
   int ho_ = 0, wo_ = 0;
   parameter w_, b_;
   tensor x_;
-#if BRAID_HAVE_DNNL
-  std::unique_ptr<onednn::conv> dnnl_ =
-      std::is_same_v<T, float> ? std::make_unique<onednn::conv>(c_, o_, k_, s_, p_, has_bias_) : nullptr;
-#endif
+  // The oneDNN side (absent on the im2col + BLAS path).
+  std::unique_ptr<detail::onednn_conv> dnnl_ =
+      detail::serves_onednn<T> ? std::make_unique<detail::onednn_conv>(c_, o_, k_, s_, p_, has_bias_) : nullptr;
 };
 
 } // namespace braid::nn

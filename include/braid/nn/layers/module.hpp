@@ -17,16 +17,7 @@
 #include "../blas.hpp"
 #include "../ops.hpp"
 #include "../tensor.hpp"
-// nvcc 13.0's front end stops with an internal error on oneDNN's dnnl.hpp: what nvcc compiles sees
-// braid::nn without oneDNN (every layer on its im2col + BLAS path). Compile all of one program's
-// translation units that use braid::nn with the same compiler (one definition of each layer).
-#if defined(__CUDACC__) && BRAID_HAVE_DNNL
-#undef BRAID_HAVE_DNNL
-#define BRAID_HAVE_DNNL 0
-#endif
-#if BRAID_HAVE_DNNL
-#include "../onednn.hpp"
-#endif
+#include "../onednn_side.hpp"
 
 namespace braid::nn {
 
@@ -95,7 +86,6 @@ template <class T> void init_uniform(tensor& t, double bound, std::mt19937_64& r
   T* p = t.data<T>();
   for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = T(u(rng));
 }
-#if BRAID_HAVE_DNNL
 // use_onednn(on) of a float conv2d or batchnorm2d, whose oneDNN side is `impl`: off drops it, on
 // builds it in plain NCHW with make() unless it is there. A side set to blocked activations stays:
 // the layers around it hand it blocked tensors.
@@ -104,7 +94,6 @@ template <class Impl, class Make> void use_onednn(std::unique_ptr<Impl>& impl, b
   if (!on) impl.reset();
   else if (!impl) impl = make();
 }
-#endif
 } // namespace detail
 
 } // namespace braid::nn

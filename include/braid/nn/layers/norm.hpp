@@ -34,11 +34,7 @@ public:
   tensor forward(const tensor& x) override {
     detail::require(x.shape().rank() == 4 && x.dim(1) == c_, "batchnorm2d: input " + x.shape().str());
     const std::int64_t n = x.dim(0), hw = x.dim(2) * x.dim(3);
-#if BRAID_HAVE_DNNL
-    if constexpr (std::is_same_v<T, float>) {
-      if (dnnl_) return forward_dnnl(x, n * hw);
-    }
-#endif
+    if (dnnl_) return forward_dnnl(x, n * hw);
     tensor y(x.shape(), dtype_of_v<T>);
     xhat_ = tensor(x.shape(), dtype_of_v<T>);
     invstd_ = tensor({c_}, dtype_of_v<T>);
@@ -50,11 +46,7 @@ public:
     return y;
   }
   tensor backward(const tensor& dy) override {
-#if BRAID_HAVE_DNNL
-    if constexpr (std::is_same_v<T, float>) {
-      if (dnnl_) return backward_dnnl(dy);
-    }
-#endif
+    if (dnnl_) return backward_dnnl(dy);
     const shape_t& s = xhat_.shape();
     detail::require(dy.shape() == s, "batchnorm2d: gradient " + dy.shape().str());
     const std::int64_t n = s[0], hw = s[2] * s[3];
@@ -78,38 +70,27 @@ public:
   tensor& running_var() { return var_; }
   // Whether this float layer runs on oneDNN (the default where braid::nn found it) or on the
   // hand-written loops (double layers always do). Tests compare the two.
-  bool uses_onednn() const noexcept {
-#if BRAID_HAVE_DNNL
-    return dnnl_ != nullptr;
-#else
-    return false;
-#endif
-  }
+  bool uses_onednn() const noexcept { return dnnl_ != nullptr; }
   void use_onednn(bool on) {
-#if BRAID_HAVE_DNNL
-    if constexpr (std::is_same_v<T, float>) {
-      detail::use_onednn(dnnl_, on, "batchnorm2d", [&] { return std::make_unique<onednn::bnorm>(c_, eps_); });
-      return;
+    if constexpr (detail::serves_onednn<T>) {
+      detail::use_onednn(dnnl_, on, "batchnorm2d", [&] { return std::make_unique<detail::onednn_bnorm>(c_, eps_); });
+    } else {
+      detail::require(!on, "batchnorm2d: oneDNN serves float layers, and only where braid::nn was built with it");
     }
-#endif
-    detail::require(!on, "batchnorm2d: oneDNN serves float layers, and only where braid::nn was built with it");
   }
   // oneDNN only: x, y, dy and dx in oneDNN's channel-blocked layout (see conv2d::set_blocked).
   void set_blocked(bool on) {
-#if BRAID_HAVE_DNNL
-    if constexpr (std::is_same_v<T, float>) {
-      const int b = onednn::block();
+    if constexpr (detail::serves_onednn<T>) {
+      const int b = detail::onednn_block();
       detail::require(dnnl_ && (!on || (b > 0 && c_ % b == 0)),
                       "batchnorm2d: blocked activations need oneDNN and a channel count that is a multiple of its block");
-      dnnl_ = std::make_unique<onednn::bnorm>(c_, eps_, on);
-      return;
+      dnnl_ = std::make_unique<detail::onednn_bnorm>(c_, eps_, on);
+    } else {
+      detail::require(!on, "batchnorm2d: blocked activations need oneDNN (float layers)");
     }
-#endif
-    detail::require(!on, "batchnorm2d: blocked activations need oneDNN (float layers)");
   }
 
 private:
-#if BRAID_HAVE_DNNL
   // m: the elements per channel (N * H * W).
   tensor forward_dnnl(const tensor& x, std::int64_t m) {
     tensor y(x.shape(), dtype_of_v<T>);
@@ -150,16 +131,14 @@ private:
     x_ = tensor();
     return dx;
   }
-#endif
   int c_;
   double mom_, eps_;
   parameter gamma_, beta_;
   tensor mean_, var_, xhat_, invstd_;
-#if BRAID_HAVE_DNNL
   tensor x_, bmean_, bvar_; // the oneDNN path keeps the input and the statistics it normalised with
-  std::unique_ptr<onednn::bnorm> dnnl_ =
-      std::is_same_v<T, float> ? std::make_unique<onednn::bnorm>(c_, eps_) : nullptr;
-#endif
+  // The oneDNN side (absent on the hand-written path).
+  std::unique_ptr<detail::onednn_bnorm> dnnl_ =
+      detail::serves_onednn<T> ? std::make_unique<detail::onednn_bnorm>(c_, eps_) : nullptr;
 };
 
 } // namespace braid::nn
