@@ -405,6 +405,31 @@ void check_errors(comm_type& c) {
   c.barrier();
 }
 
+// An empty communicator of type C (default-constructed, or moved from) refuses every call with
+// usage_error naming its class; `live` (moved out and back in) keeps its layout and its call count.
+template <class C> void check_empty(C& live, const char* kind) {
+  const auto refuses = [&](const C& e, const std::string& where) {
+    try {
+      (void)e.rank();
+      fail(where + ": rank() of an empty " + kind + " did not raise");
+    } catch (const braid::usage_error& x) {
+      if (!std::strstr(x.what(), (std::string("braid::mpi::") + kind + " is empty").c_str()))
+        fail(where + ": the message does not name the empty " + std::string(kind) + ": " + x.what());
+    }
+  };
+  C fresh;
+  if (fresh.valid()) fail(std::string("a default-constructed ") + kind + " is valid");
+  refuses(fresh, "default-constructed");
+  const std::uint64_t calls = live.calls();
+  C moved(std::move(live));
+  refuses(live, "moved from");
+  if (!moved.valid() || moved.calls() != calls || moved.rank() != world_rank || moved.size() != world_size)
+    fail(std::string("a moved ") + kind + " lost its state");
+  live = std::move(moved);
+  refuses(moved, "moved out by assignment");
+  if (!live.valid() || live.calls() != calls) fail(std::string("a ") + kind + " moved back lost its state");
+}
+
 // --mismatch KIND: the hosts make different calls (each host consistent inside itself, so only the
 // inter-host stage can see it) and every rank must raise braid::mismatch_error, write nothing past
 // its buffers, and then refuse further calls (usage_error). Kinds (odd hosts differ from even ones):
@@ -790,6 +815,21 @@ int main(int argc, char** argv) {
 #endif
       check_custom(c);
       check_errors(c);
+#ifdef BRAID_TEST_MPI_CUDA
+      {
+        braid::mpi::cuda_communicator empty;
+        if (empty.valid()) fail("a default-constructed cuda_communicator is valid");
+        try {
+          (void)empty.rank();
+          fail("rank() of an empty cuda_communicator did not raise");
+        } catch (const braid::usage_error& x) {
+          if (!std::strstr(x.what(), "braid::mpi::cuda_communicator is empty")) fail(std::string("the message does not name the empty cuda_communicator: ") + x.what());
+        }
+      }
+#else
+      check_empty(c, "communicator");
+      c.barrier(); // the communicator moved back in still works
+#endif
     }
   } catch (const std::exception& e) {
     // The other ranks may be inside a collective this rank left: end the job now (an error, not a

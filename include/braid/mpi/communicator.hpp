@@ -67,7 +67,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <map>
 #include <span>
 #include <string>
 #include <utility>
@@ -78,6 +77,7 @@
 #include "bootstrap.hpp"
 #include "call_check.hpp"
 #include "check.hpp"
+#include "front.hpp"
 
 namespace braid::mpi {
 
@@ -91,60 +91,40 @@ template <class Op, class T> struct without_finalize {
 };
 } // namespace detail
 
-class communicator {
+// valid(), rank(), size(), host(), hosts(), local_rank(), local_size(), uniform(), layout(),
+// cross_comm() and calls() come from detail::front (front.hpp), as for cuda_communicator.
+class communicator : public detail::front {
 public:
-  communicator() = default; // empty: every call raises usage_error
-  communicator(communicator&& o) noexcept { *this = std::move(o); }
+  communicator() noexcept : front("communicator") {} // empty: every call raises usage_error
+  communicator(communicator&& o) noexcept : front("communicator") { *this = std::move(o); }
   communicator& operator=(communicator&& o) noexcept {
     if (this != &o) {
-      free_types();
       scratch_ = std::move(o.scratch_);
       local_ = std::move(o.local_);
-      hc_ = std::move(o.hc_);
-      types_ = std::exchange(o.types_, {});
+      front::operator=(std::move(o));
       staging_ = std::move(o.staging_);
-      live_ = std::exchange(o.live_, false);
-      failed_ = std::exchange(o.failed_, false);
-      failure_ = std::move(o.failure_);
-      what_ = o.what_;
-      seq_ = std::exchange(o.seq_, 0);
-      check_ = std::exchange(o.check_, {});
     }
     return *this;
   }
   // Frees the scratch memory before leaving the host communicator, which it is registered with.
-  ~communicator() {
-    scratch_ = buffer<std::uint64_t>();
-    free_types();
-  }
+  ~communicator() { scratch_ = buffer<std::uint64_t>(); }
 
   // Collective over `comm` (every rank of it calls this). MPI must be initialised; `comm` is
   // duplicated, so the caller may free it afterwards.
-  explicit communicator(MPI_Comm comm, const options& opts = options::from_env()) : hc_(split_hosts(comm)) {
+  explicit communicator(MPI_Comm comm, const options& opts = options::from_env()) : front("communicator", split_hosts(comm)) {
     local_ = join_local(hc_.world.get(), hc_.local.get(), opts);
     live_ = true;
   }
 
-  bool valid() const noexcept { return live_; }
-  int rank() const { return lay().rank; }
-  int size() const { return lay().size; }
-  int host() const { return lay().host; }
-  int hosts() const { return lay().hosts; }
-  int local_rank() const { return lay().local_rank; }
-  int local_size() const { return lay().local_size; }
-  bool uniform() const { return lay().uniform; }
-  const host_layout& layout() const { return lay(); }
   braid::communicator& local() { return (void)lay(), local_; } // this host's communicator
   MPI_Comm world_comm() const { return (void)lay(), hc_.world.get(); }
-  MPI_Comm cross_comm() const { return (void)lay(), hc_.cross.get(); } // same local rank, one per host
-  std::uint64_t calls() const { return seq_; }
 
   // ---- collectives (pointer forms; semantics and in-place forms as braid::communicator's, with
   // ranks numbered as in the MPI communicator) ---------------------------------------------------------
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void all_reduce(const T* in, T* out, std::size_t count, Op op = {}) {
-    check<collective::all_reduce>(in, out, count, 0);
+    check_call<collective::all_reduce>(in, out, count, 0);
     call("all_reduce", [&] {
       start_check<collective::all_reduce, T, Op>(count, 0);
       do_all_reduce(in, out, count, op);
@@ -153,21 +133,21 @@ public:
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void reduce_scatter(const T* in, T* out, std::size_t recv_count, Op op = {}) {
-    check<collective::reduce_scatter>(in, out, recv_count, 0);
+    check_call<collective::reduce_scatter>(in, out, recv_count, 0);
     call("reduce_scatter", [&] {
       start_check<collective::reduce_scatter, T, Op>(recv_count, 0);
       do_reduce_scatter(in, out, recv_count, op);
     });
   }
   template <element T> void all_gather(const T* in, T* out, std::size_t send_count) {
-    check<collective::all_gather>(in, out, send_count, 0);
+    check_call<collective::all_gather>(in, out, send_count, 0);
     call("all_gather", [&] {
       start_check<collective::all_gather, T, braid::detail::copy_only>(send_count, 0);
       do_all_gather(in, out, send_count);
     });
   }
   template <element T> void broadcast(const T* in, T* out, std::size_t count, int root) {
-    check<collective::broadcast>(in, out, count, root);
+    check_call<collective::broadcast>(in, out, count, root);
     call("broadcast", [&] {
       start_check<collective::broadcast, T, braid::detail::copy_only>(count, root);
       do_broadcast(in, out, count, root);
@@ -176,7 +156,7 @@ public:
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void reduce(const T* in, T* out, std::size_t count, int root, Op op = {}) {
-    check<collective::reduce>(in, out, count, root);
+    check_call<collective::reduce>(in, out, count, root);
     call("reduce", [&] {
       start_check<collective::reduce, T, Op>(count, root);
       if (rank() == root) return do_all_reduce(in, out, count, op);
@@ -215,36 +195,14 @@ public:
   }
 
 private:
-  const host_layout& lay() const {
-    if (!live_) raise(errc::invalid_usage, "this braid::mpi::communicator is empty (default-constructed or moved from)");
-    return hc_.layout;
-  }
-  error_context ctx() const { return error_context{hc_.layout.rank, what_, seq_, -1}; }
-
-  // Argument checks, before anything moves: braid::communicator's (comm/validate.hpp), plus MPI's int
-  // counts.
-  template <collective c, class T> void check(const T* in, const T* out, std::size_t count, int root) {
-    const host_layout& L = lay();
-    what_ = std::string_view(name(c)).data();
-    const error_context cx{L.rank, what_, seq_ + 1, -1};
-    if (failed_) raise(errc::invalid_usage, "the communicator failed earlier and refuses further calls: " + failure_, cx);
-    const braid::detail::call_shape sh = braid::detail::validate_call<c, T>(in, out, count, root, L.size, L.rank, algo::automatic, cx);
-    if (std::max(sh.in_n, sh.out_n) > static_cast<std::size_t>(INT_MAX))
-      raise(errc::unsupported, "braid::mpi: more than INT_MAX elements in one call", cx);
-  }
-
   // Runs a call; any error marks the communicator failed.
   template <class F> void call(const char* what, F&& f) {
-    (void)lay();
-    what_ = what;
-    if (failed_) raise(errc::invalid_usage, "the communicator failed earlier and refuses further calls: " + failure_, ctx());
-    ++seq_;
+    begin_call(what);
     try {
       f();
       if (check_.pending()) check_only(); // a checking rank without an exchange: none with these algorithms
     } catch (const std::exception& e) {
-      failed_ = true;
-      failure_ = e.what();
+      mark_failed(e);
       throw;
     }
   }
@@ -260,9 +218,6 @@ private:
   // A broadcast's data rides in the check's exchange (the root's host sends it to every other host)
   // where there are 2 hosts or (hosts - 1) x its bytes are at most this; otherwise MPI_Bcast follows.
   static constexpr std::size_t fanout_bytes = std::size_t{1} << 20;
-  template <collective c, class T, class Op> void start_check(std::size_t count, int root) {
-    check_.start<c, T, Op>(hc_.layout, count, root);
-  }
   // The check carrying the step's data (routes_, one per member; call_check.hpp), elements of T.
   template <class T> void exchange() {
     check_.exchange(std::span<const detail::route>(routes_), type_of(sizeof(T)), sizeof(T), hc_, ctx(),
@@ -272,22 +227,6 @@ private:
   std::vector<detail::route>& routes(std::size_t H) {
     routes_.assign(H, detail::route{});
     return routes_;
-  }
-
-  // A committed MPI type of `bytes` contiguous bytes (one per element size, kept until destruction).
-  MPI_Datatype type_of(std::size_t bytes) {
-    auto it = types_.find(bytes);
-    if (it != types_.end()) return it->second;
-    MPI_Datatype t = MPI_DATATYPE_NULL;
-    BRAID_MPI_CHECK_CTX(MPI_Type_contiguous(static_cast<int>(bytes), MPI_BYTE, &t), ctx());
-    BRAID_MPI_CHECK_CTX(MPI_Type_commit(&t), ctx());
-    types_.emplace(bytes, t);
-    return t;
-  }
-  void free_types() noexcept {
-    if (!types_.empty() && mpi::detail::mpi_usable())
-      for (auto& [b, t] : types_) MPI_Type_free(&t);
-    types_.clear();
   }
 
   // Scratch in memory the host's peers map (so local collectives read it in place), grown by
@@ -503,15 +442,8 @@ private:
     if (L.host != rh) local_.broadcast(out, out, count, 0);
   }
 
-  host_comms hc_;
   braid::communicator local_;
-  bool live_ = false, failed_ = false;
-  std::string failure_;
-  const char* what_ = nullptr;
-  std::uint64_t seq_ = 0;
-  detail::call_check check_; // the inter-host call check
-  std::vector<detail::route> routes_; // its exchange's routes, one per member
-  std::map<std::size_t, MPI_Datatype> types_;
+  std::vector<detail::route> routes_; // the call check's exchange's routes, one per member
   buffer<std::uint64_t> scratch_;
   std::vector<std::uint64_t> staging_;
 };

@@ -82,6 +82,7 @@
 #include "call_check.hpp"
 #include "check.hpp"
 #include "communicator.hpp"
+#include "front.hpp"
 
 namespace braid::mpi {
 
@@ -112,27 +113,22 @@ using device_scratch = cuda_detail::grow_only<cuda_detail::memory_kind::device>;
 
 } // namespace cuda_mpi_detail
 
-class cuda_communicator {
+// valid(), rank(), size(), host(), hosts(), local_rank(), local_size(), uniform(), layout(),
+// cross_comm() and calls() come from detail::front (front.hpp), as for communicator.
+class cuda_communicator : public detail::front {
 public:
-  cuda_communicator() = default; // empty: every call raises usage_error
-  cuda_communicator(cuda_communicator&& o) noexcept { *this = std::move(o); }
+  cuda_communicator() noexcept : front("cuda_communicator") {} // empty: every call raises usage_error
+  cuda_communicator(cuda_communicator&& o) noexcept : front("cuda_communicator") { *this = std::move(o); }
   cuda_communicator& operator=(cuda_communicator&& o) noexcept {
     if (this != &o) {
       release();
-      hc_ = std::move(o.hc_);
       local_ = std::move(o.local_);
       device_ = o.device_;
       max_pitch_ = o.max_pitch_;
       direct_ = o.direct_;
       chunk_bytes_ = o.chunk_bytes_;
-      live_ = std::exchange(o.live_, false);
-      failed_ = std::exchange(o.failed_, false);
-      failure_ = std::move(o.failure_);
-      what_ = o.what_;
-      seq_ = std::exchange(o.seq_, 0);
-      check_ = std::exchange(o.check_, {});
+      front::operator=(std::move(o));
       mismatch_everywhere_ = std::exchange(o.mismatch_everywhere_, false);
-      types_ = std::exchange(o.types_, {});
       scratch_ = std::move(o.scratch_);
       pieces_dev_ = std::move(o.pieces_dev_);
       sink_ = std::move(o.sink_);
@@ -149,7 +145,7 @@ public:
 
   // Collective over `comm`. MPI must be initialised; `comm` is duplicated. `device` -1: GPU
   // local_rank % (number of visible GPUs).
-  explicit cuda_communicator(MPI_Comm comm, int device = -1, const cuda_options& o = {}) : hc_(split_hosts(comm)) {
+  explicit cuda_communicator(MPI_Comm comm, int device = -1, const cuda_options& o = {}) : front("cuda_communicator", split_hosts(comm)) {
     const host_layout& L = hc_.layout;
     if (o.chunk_bytes < 256) raise(errc::invalid_argument, "cuda_options::chunk_bytes must be at least 256", error_context{L.rank, "cuda_communicator", 0, -1});
     // The host's CPU communicator first (MPI carries its id), then the CUDA communicator over it.
@@ -207,21 +203,10 @@ public:
     live_ = true;
   }
 
-  bool valid() const noexcept { return live_; }
-  int rank() const { return lay().rank; }
-  int size() const { return lay().size; }
-  int host() const { return lay().host; }
-  int hosts() const { return lay().hosts; }
-  int local_rank() const { return lay().local_rank; }
-  int local_size() const { return lay().local_size; }
-  bool uniform() const { return lay().uniform; }
   int device() const { return (void)lay(), device_; }
-  const host_layout& layout() const { return lay(); }
   cuda::process_communicator& local() { return (void)lay(), local_; } // this host's CUDA communicator
   // Whether MPI is handed device pointers (mpi_buffers::device) or pinned host copies.
   bool mpi_on_device() const { return (void)lay(), direct_; }
-  MPI_Comm cross_comm() const { return (void)lay(), hc_.cross.get(); }
-  std::uint64_t calls() const { return seq_; }
   // One line for logs: hosts, layout, the host communicator's path, where MPI's buffers are.
   std::string describe() const {
     const host_layout& L = lay();
@@ -242,7 +227,7 @@ public:
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void all_reduce(const T* in, T* out, std::size_t count, Op op, cudaStream_t stream) {
-    check<collective::all_reduce>(in, out, count, 0);
+    check_call<collective::all_reduce>(in, out, count, 0);
     call("all_reduce", stream, [&] {
       start_check<collective::all_reduce, T, Op>(count, 0);
       do_all_reduce(in, out, count, op, stream);
@@ -251,7 +236,7 @@ public:
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void reduce(const T* in, T* out, std::size_t count, int root, Op op, cudaStream_t stream) {
-    check<collective::reduce>(in, out, count, root);
+    check_call<collective::reduce>(in, out, count, root);
     call("reduce", stream, [&] {
       start_check<collective::reduce, T, Op>(count, root);
       if (rank() == root) return do_all_reduce(in, out, count, op, stream);
@@ -262,21 +247,21 @@ public:
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void reduce_scatter(const T* in, T* out, std::size_t recv_count, Op op, cudaStream_t stream) {
-    check<collective::reduce_scatter>(in, out, recv_count, 0);
+    check_call<collective::reduce_scatter>(in, out, recv_count, 0);
     call("reduce_scatter", stream, [&] {
       start_check<collective::reduce_scatter, T, Op>(recv_count, 0);
       do_reduce_scatter(in, out, recv_count, op, stream);
     });
   }
   template <element T> void all_gather(const T* in, T* out, std::size_t send_count, cudaStream_t stream) {
-    check<collective::all_gather>(in, out, send_count, 0);
+    check_call<collective::all_gather>(in, out, send_count, 0);
     call("all_gather", stream, [&] {
       start_check<collective::all_gather, T, braid::detail::copy_only>(send_count, 0);
       do_all_gather(in, out, send_count, stream);
     });
   }
   template <element T> void broadcast(const T* in, T* out, std::size_t count, int root, cudaStream_t stream) {
-    check<collective::broadcast>(in, out, count, root);
+    check_call<collective::broadcast>(in, out, count, root);
     call("broadcast", stream, [&] {
       start_check<collective::broadcast, T, braid::detail::copy_only>(count, root);
       do_broadcast(in, out, count, root, stream);
@@ -308,8 +293,7 @@ public:
     try {
       local_.check();
     } catch (const std::exception& e) {
-      failed_ = true;
-      failure_ = e.what();
+      mark_failed(e);
       throw;
     }
   }
@@ -328,11 +312,6 @@ public:
   }
 
 private:
-  const host_layout& lay() const {
-    if (!live_) raise(errc::invalid_usage, "this braid::mpi::cuda_communicator is empty (default-constructed or moved from)");
-    return hc_.layout;
-  }
-  error_context ctx() const { return error_context{hc_.layout.rank, what_, seq_, -1}; }
   void release() noexcept {
     if (!live_) return;
     try {
@@ -341,29 +320,14 @@ private:
       if (side_.h) cudaStreamSynchronize(side_.h);
     } catch (...) {
     }
-    for (auto& t : types_)
-      if (mpi::detail::mpi_usable()) MPI_Type_free(&t.second);
-    types_.clear();
+    free_types();
     live_ = false;
-  }
-
-  template <collective c, class T> void check(const T* in, const T* out, std::size_t count, int root) {
-    const host_layout& L = lay();
-    what_ = std::string_view(name(c)).data();
-    const error_context cx{L.rank, what_, seq_ + 1, -1};
-    if (failed_) raise(errc::invalid_usage, "the communicator failed earlier and refuses further calls: " + failure_, cx);
-    const braid::detail::call_shape sh = braid::detail::validate_call<c, T>(in, out, count, root, L.size, L.rank, algo::automatic, cx);
-    if (std::max(sh.in_n, sh.out_n) > static_cast<std::size_t>(INT_MAX))
-      raise(errc::unsupported, "braid::mpi: more than INT_MAX elements in one call", cx);
   }
 
   // Runs a call on this communicator's GPU, after the previous call's copies are done with the
   // scratch and pinned memory; any error marks the communicator failed.
   template <class F> void call(const char* what, cudaStream_t stream, F&& f) {
-    (void)lay();
-    what_ = what;
-    if (failed_) raise(errc::invalid_usage, "the communicator failed earlier and refuses further calls: " + failure_, ctx());
-    ++seq_;
+    begin_call(what);
     try {
       cuda_detail::device_guard dg(device_);
       BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, done_.h, 0));
@@ -371,8 +335,7 @@ private:
       inter_host_check(); // a checking rank without an inter-host MPI call: none with these algorithms
       BRAID_CUDA_CHECK(cudaEventRecord(done_.h, stream));
     } catch (const std::exception& e) {
-      failed_ = true;
-      failure_ = e.what();
+      mark_failed(e);
       // This host's peers may wait for this rank in the CUDA communicator: release them (they raise
       // aborted_error, or mismatch_error where the call check published a mismatch first: the first
       // failure recorded wins), unless every rank found the mismatch itself (inter_host_check); and let
@@ -397,9 +360,6 @@ private:
   // communicator links the same calls), so nothing is published and the group is not aborted: a host
   // peer told through the group's record could raise from it (check() at a stream wait) before its own
   // exchange and leave its cross-communicator peers waiting in MPI.
-  template <collective c, class T, class Op> void start_check(std::size_t count, int root) {
-    check_.start<c, T, Op>(hc_.layout, count, root);
-  }
   void inter_host_check() {
     if (!check_.pending()) return;
     check_.exchange(hc_, ctx(), [&](const std::string& m) {
@@ -418,15 +378,6 @@ private:
     local_.check();
   }
 
-  MPI_Datatype type_of(std::size_t bytes) {
-    auto it = types_.find(bytes);
-    if (it != types_.end()) return it->second;
-    MPI_Datatype t = MPI_DATATYPE_NULL;
-    BRAID_MPI_CHECK_CTX(MPI_Type_contiguous(static_cast<int>(bytes), MPI_BYTE, &t), ctx());
-    BRAID_MPI_CHECK_CTX(MPI_Type_commit(&t), ctx());
-    types_.emplace(bytes, t);
-    return t;
-  }
   template <class T> T* host_staging(std::size_t count) {
     if (staging_.size() * sizeof(std::uint64_t) < count * sizeof(T)) staging_.resize((count * sizeof(T) + 7) / 8);
     return reinterpret_cast<T*>(staging_.data());
@@ -471,20 +422,12 @@ private:
 
   template <class T> void do_broadcast(const T* in, T* out, std::size_t count, int root, cudaStream_t stream);
 
-  host_comms hc_;
   cuda::process_communicator local_;
   int device_ = 0;
   std::size_t max_pitch_ = 0; // cudaDevAttrMaxPitch: 2-D copies with a wider pitch go row by row
   bool direct_ = false;
   std::size_t chunk_bytes_ = 0;
-  bool live_ = false;
-  mutable bool failed_ = false; // check() marks it too
-  mutable std::string failure_;
-  const char* what_ = nullptr;
-  std::uint64_t seq_ = 0;
-  detail::call_check check_;         // the inter-host call check
   bool mismatch_everywhere_ = false; // a uniform layout's check failed: every rank raises it itself
-  std::map<std::size_t, MPI_Datatype> types_;
   cuda_mpi_detail::device_scratch scratch_, pieces_dev_, sink_;
   cuda_mpi_detail::pinned_memory pinned_;
   std::vector<std::uint64_t> staging_;
