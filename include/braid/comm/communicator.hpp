@@ -165,8 +165,7 @@ public:
     impl& p = enter(g.p, "barrier");
     guarded(p, [&] {
       if (p.cx.nranks == 1) return;
-      const std::array<std::uint64_t, 4> fp{static_cast<std::uint64_t>(collective::barrier) | std::uint64_t{0xffffff} << 8, 0, 0,
-                                            ++p.collectives};
+      const detail::call_description fp = detail::describe_barrier(++p.collectives);
       if (p.opts.debug) detail::check_fingerprint(p, fp);
       p.cx.begin_rounds(fp);
       host::run_barrier(p.cx);

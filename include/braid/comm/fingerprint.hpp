@@ -18,24 +18,23 @@
 #include "../core/error.hpp"
 #include "../core/ops.hpp"
 #include "../core/types.hpp"
+#include "../schedule/call_word.hpp"
 #include "state.hpp"
 #include "tuning.hpp"
 
 namespace braid::detail {
 
-// fp = {collective | dtype << 8 | op << 16 | algorithm << 24 | sizeof(T) << 32, count, root + 1 (0 when
-// the collective has none), number of this call among the calls every rank makes}.
-inline std::string describe_fingerprint(const std::array<std::uint64_t, 4>& fp) {
-  const auto c = static_cast<collective>(fp[0] & 0xff);
-  if (c == collective::barrier) return "barrier (collective call " + std::to_string(fp[3]) + ")";
-  const auto t = static_cast<dtype>((fp[0] >> 8) & 0xff);
-  const auto k = static_cast<op_kind>((fp[0] >> 16) & 0xff);
-  std::string s = std::string(name(c)) + " (collective call " + std::to_string(fp[3]) + "): " +
-                  (t == dtype::custom ? std::to_string(fp[0] >> 32) + "-byte custom type" : std::string(name(t)));
-  if (c == collective::all_reduce || c == collective::reduce || c == collective::reduce_scatter) s += ", " + std::string(name(k));
-  s += ", count " + std::to_string(fp[1]);
-  if (fp[2]) s += ", root " + std::to_string(fp[2] - 1);
-  s += ", algorithm " + std::string(name(static_cast<algo>((fp[0] >> 24) & 0xff)));
+// A call's description (schedule/call_word.hpp) in words, for mismatch messages.
+inline std::string describe_fingerprint(const call_description& fp) {
+  const call_fields f = unpack_call(fp);
+  if (f.coll == collective::barrier) return "barrier (collective call " + std::to_string(f.number) + ")";
+  std::string s = std::string(name(f.coll)) + " (collective call " + std::to_string(f.number) + "): " +
+                  (f.type == dtype::custom ? std::to_string(f.elem_size) + "-byte custom type" : std::string(name(f.type)));
+  if (f.coll == collective::all_reduce || f.coll == collective::reduce || f.coll == collective::reduce_scatter)
+    s += ", " + std::string(name(f.op));
+  s += ", count " + std::to_string(f.count);
+  if (f.root >= 0) s += ", root " + std::to_string(f.root);
+  s += ", algorithm " + std::string(name(f.algorithm));
   return s;
 }
 

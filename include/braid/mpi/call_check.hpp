@@ -62,7 +62,7 @@ public:
     if (L.hosts == 1 || count == 0 || !(L.uniform || L.local_rank == 0)) return;
     ++checked_;
     desc_ = braid::detail::describe_call<T, Op>(c, algo::automatic, count, root, checked_);
-    if (c == collective::barrier) desc_ = {static_cast<std::uint64_t>(collective::barrier) | std::uint64_t{0xffffff} << 8, 0, 0, checked_};
+    if (c == collective::barrier) desc_ = braid::detail::describe_barrier(checked_);
     word_ = braid::detail::chain_call_word(word_, desc_, 0);
     pending_ = true;
   }
@@ -180,13 +180,14 @@ private:
     post(rc, ctx);
   }
   static std::string describe(const braid::detail::call_description& d) {
-    std::string s = std::string(name(static_cast<collective>(d[0] & 0xff)));
-    if ((d[0] & 0xffffff00u) != 0xffffff00u) {
-      s += " of " + std::to_string(d[1]) + " " + std::string(name(static_cast<dtype>((d[0] >> 8) & 0xff))) + " (" +
-           std::to_string(d[0] >> 32) + "-byte elements), operator " + std::string(name(static_cast<op_kind>((d[0] >> 16) & 0xff)));
-      if (d[2]) s += ", root " + std::to_string(d[2] - 1);
+    const braid::detail::call_fields f = braid::detail::unpack_call(d);
+    std::string s = std::string(name(f.coll));
+    if (f.typed) {
+      s += " of " + std::to_string(f.count) + " " + std::string(name(f.type)) + " (" + std::to_string(f.elem_size) +
+           "-byte elements), operator " + std::string(name(f.op));
+      if (f.root >= 0) s += ", root " + std::to_string(f.root);
     }
-    return s + ", its inter-host call " + std::to_string(d[3]);
+    return s + ", its inter-host call " + std::to_string(f.number);
   }
   std::string mismatch_message(const host_layout& L, int host, const braid::detail::call_description& theirs) const {
     return "mismatched calls across hosts: rank " + std::to_string(L.rank) + " (host " + std::to_string(L.host) + ") called " +

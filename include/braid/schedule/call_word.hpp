@@ -1,5 +1,6 @@
 // braid/schedule/call_word.hpp — what ranks compare to catch mismatched calls: a call's description
-// as four words (the debug fingerprint's layout) and the 64-bit call word chained over a rank's calls.
+// as four words (the debug fingerprint's layout), packed and unpacked here only, and the 64-bit call
+// word chained over a rank's calls.
 // Shared by the host transport (transport/host/context.hpp) and the CUDA kernels (cuda/executor.cuh,
 // whose words the CUDA communicators compute on the host).
 #pragma once
@@ -24,6 +25,36 @@ constexpr call_description describe_call(collective c, algo a, std::uint64_t cou
   return {static_cast<std::uint64_t>(c) | static_cast<std::uint64_t>(dtype_of_v<T>) << 8 | static_cast<std::uint64_t>(op_kind_v<Op>) << 16 |
               static_cast<std::uint64_t>(a) << 24 | std::uint64_t{sizeof(T) & 0xffffffu} << 32,
           count, rooted ? static_cast<std::uint64_t>(root) + 1 : 0, number};
+}
+
+// The description of a barrier: no element type, operator or algorithm (0xffffff in their bytes), no
+// count and no root.
+constexpr call_description describe_barrier(std::uint64_t number) {
+  return {static_cast<std::uint64_t>(collective::barrier) | std::uint64_t{0xffffff} << 8, 0, 0, number};
+}
+
+// A description's fields, as describe_call or describe_barrier packed them.
+struct call_fields {
+  collective coll;
+  bool typed;               // false for a barrier's: type, op, algorithm and elem_size mean nothing
+  dtype type;
+  op_kind op;
+  algo algorithm;
+  std::uint32_t elem_size;  // sizeof(T), low 32 bits
+  std::uint64_t count;
+  int root;                 // -1: not a rooted collective
+  std::uint64_t number;
+};
+constexpr call_fields unpack_call(const call_description& d) {
+  return {static_cast<collective>(d[0] & 0xff),
+          (d[0] & 0xffffff00u) != 0xffffff00u,
+          static_cast<dtype>((d[0] >> 8) & 0xff),
+          static_cast<op_kind>((d[0] >> 16) & 0xff),
+          static_cast<algo>((d[0] >> 24) & 0xff),
+          static_cast<std::uint32_t>(d[0] >> 32),
+          d[1],
+          d[2] ? static_cast<int>(d[2] - 1) : -1,
+          d[3]};
 }
 
 // splitmix64's finaliser: a bijection.
