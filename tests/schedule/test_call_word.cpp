@@ -64,3 +64,11 @@ TEST_CASE("call_word: the chained word differs with any field of the call or of 
   CHECK(w != word(0, d::describe_barrier(1)));
   CHECK(d::chain_call_word(0, base, 1) != w); // the host transport's salt (the call's first round)
 }
+
+TEST_CASE("call_word: call_text words a description for mismatch messages") {
+  CHECK(d::call_text(d::describe_call<float, braid::sum<>>(collective::all_reduce, algo::ring, 1000, 3, 5)) ==
+        "all_reduce of 1000 float (4-byte elements), operator sum");
+  CHECK(d::call_text(d::describe_call<double, braid::max<>>(collective::reduce, algo::automatic, 7, 2, 1)) ==
+        "reduce of 7 double (8-byte elements), operator max, root 2");
+  CHECK(d::call_text(d::describe_barrier(4)) == "barrier");
+}

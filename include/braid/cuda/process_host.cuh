@@ -40,14 +40,17 @@
 #include "process_state.cuh"
 #include "kernel.cuh"
 #include "process_layout.hpp"
+#include "../schedule/call_word.hpp"
 
 namespace braid::cuda::ipc_detail {
 
-// One round's call, as every rank announces it (also the synchronisation point of the round).
+// One round's call, as every rank announces it (also the synchronisation point of the round): the
+// call's description (schedule/call_word.hpp, compared whole), the round, and where the rank's input
+// lies for peers that read it in place.
 struct call_desc {
-  u64 seq, count, in_off, round;
-  std::int32_t coll, root, in_reg, elem_size;
-  std::int32_t type, op, valid, pad;
+  braid::detail::call_description call;
+  u64 round, in_off;
+  std::int32_t in_reg, valid;
 };
 static_assert(std::is_trivially_copyable_v<call_desc>);
 
@@ -141,14 +144,8 @@ void run_rounds(process_state& s, const T* in, T* out, std::size_t count, int ro
     std::byte* mine = static_cast<std::byte*>(s.staging.p) + h * s.half;
     // (2) Announce the round; every rank checks that all make the same call.
     ipc_detail::call_desc d{};
-    d.seq = s.seq;
-    d.count = count;
+    d.call = braid::detail::describe_call<T, Op>(c, algo::automatic, count, root, 0);
     d.round = k;
-    d.coll = static_cast<std::int32_t>(c);
-    d.root = root;
-    d.elem_size = static_cast<std::int32_t>(E);
-    d.type = static_cast<std::int32_t>(dtype_of_v<T>);
-    d.op = static_cast<std::int32_t>(op_kind_v<Op>);
     d.in_reg = in_reg;
     d.in_off = in_reg >= 0 ? reinterpret_cast<std::uintptr_t>(in) - in_base : 0;
     d.valid = 1;
@@ -157,14 +154,10 @@ void run_rounds(process_state& s, const T* in, T* out, std::size_t count, int ro
     bool any_reg = false;
     for (int q = 0; q < n; ++q) {
       const auto& o = descs[static_cast<std::size_t>(q)];
-      if (o.coll != d.coll || o.count != d.count || o.elem_size != d.elem_size || o.type != d.type || o.op != d.op ||
-          o.root != d.root || o.round != d.round || !o.valid) {
+      if (o.call != d.call || o.round != d.round || !o.valid) {
         ctx.peer = q;
-        raise(errc::mismatch,
-              "rank " + std::to_string(q) + " called " + std::string(name(static_cast<collective>(o.coll))) + "(count " +
-                  std::to_string(o.count) + ", " + std::to_string(o.elem_size) + "-byte elements, root " +
-                  std::to_string(o.root) + ") while this rank called " + std::string(name(c)) + "(count " +
-                  std::to_string(count) + ", " + std::to_string(E) + "-byte elements, root " + std::to_string(root) + ")",
+        raise(errc::mismatch, "rank " + std::to_string(q) + " called " + braid::detail::call_text(o.call) + " while this rank called " +
+                                  braid::detail::call_text(d.call),
               ctx);
       }
       if (o.in_reg >= 0) {

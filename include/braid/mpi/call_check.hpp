@@ -180,14 +180,7 @@ private:
     post(rc, ctx);
   }
   static std::string describe(const braid::detail::call_description& d) {
-    const braid::detail::call_fields f = braid::detail::unpack_call(d);
-    std::string s = std::string(name(f.coll));
-    if (f.typed) {
-      s += " of " + std::to_string(f.count) + " " + std::string(name(f.type)) + " (" + std::to_string(f.elem_size) +
-           "-byte elements), operator " + std::string(name(f.op));
-      if (f.root >= 0) s += ", root " + std::to_string(f.root);
-    }
-    return s + ", its inter-host call " + std::to_string(f.number);
+    return braid::detail::call_text(d) + ", its inter-host call " + std::to_string(d[3]);
   }
   std::string mismatch_message(const host_layout& L, int host, const braid::detail::call_description& theirs) const {
     return "mismatched calls across hosts: rank " + std::to_string(L.rank) + " (host " + std::to_string(L.host) + ") called " +

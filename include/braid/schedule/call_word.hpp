@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "../core/ops.hpp"
 #include "../core/types.hpp"
@@ -55,6 +56,18 @@ constexpr call_fields unpack_call(const call_description& d) {
           d[1],
           d[2] ? static_cast<int>(d[2] - 1) : -1,
           d[3]};
+}
+
+// A description in words, for mismatch messages: "all_reduce of 1000 float (4-byte elements),
+// operator sum, root 2"; a barrier's: "barrier". Its number is not part of it.
+inline std::string call_text(const call_description& d) {
+  const call_fields f = unpack_call(d);
+  std::string s(name(f.coll));
+  if (!f.typed) return s;
+  s += " of " + std::to_string(f.count) + " " + std::string(name(f.type)) + " (" + std::to_string(f.elem_size) +
+       "-byte elements), operator " + std::string(name(f.op));
+  if (f.root >= 0) s += ", root " + std::to_string(f.root);
+  return s;
 }
 
 // splitmix64's finaliser: a bijection.
