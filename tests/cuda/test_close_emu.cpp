@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <thread>
@@ -25,6 +26,7 @@ std::size_t device_bytes(int device) { return braid::emu::detail::rt().memory().
 // bytes its close() freed.
 std::array<long long, 2> freed_by_close(bool failing) {
   std::array<long long, 2> freed{-1, -1};
+  std::atomic<int> checked{0};
   braid::run_threads(2, [&](braid::communicator& host) {
     const int r = host.rank();
     braid::cuda::process_options o;
@@ -41,6 +43,9 @@ std::array<long long, 2> freed_by_close(bool failing) {
     comm.all_reduce(buf, buf, count, braid::sum<>{}, stream);
     REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
     comm.check();
+    // Both ranks past that check before rank 0 aborts: else rank 1's check above could raise it.
+    checked.fetch_add(1);
+    while (checked.load() < 2) std::this_thread::yield();
     if (failing && r == 0) comm.abort();
     if (failing && r == 1) {
       bool raised = false;
