@@ -45,7 +45,6 @@ protected:
   front(const char* kind, host_comms hc) : hc_(std::move(hc)), kind_(kind) {}
   front(const front&) = delete;
   front& operator=(const front&) = delete;
-  front(front&& o) noexcept : kind_(o.kind_) { *this = std::move(o); }
   front& operator=(front&& o) noexcept {
     if (this != &o) {
       free_types();
