@@ -18,7 +18,7 @@
 #include "../core/error.hpp"
 #include "check.cuh"
 #include "device.cuh"
-#include "process_layout.hpp"
+#include "process_host_layout.hpp"
 
 namespace braid::cuda {
 

@@ -20,20 +20,22 @@
 //    process on the same GPU would wait for work that cannot run until it yields: on this path no
 //    kernel waits for a peer, and each round meets on the host. The rest of this comment describes
 //    this path except where it names the device path.
-// Each round of a host-path call is: (1) the rank's input slice is copied into its staging memory
-// unless the input lies in memory registered with the communicator; (2) all ranks exchange a small
-// call descriptor through the host communicator (this is also the synchronisation point, and it
-// checks that every rank makes the same call); (3) the rank reads its peers' slices through IPC
-// mappings: copy engines move the piece of a peer on another GPU into local scratch
-// (cudaMemcpyAsync) where it is at least copy_engine_min_bytes, and the reduce kernel reads every
-// other piece, and every piece of a peer on this GPU, in place; (4) for all_reduce, after a host
-// barrier, each rank copies the other ranks' reduced shards. Round k + 1's copy (1) runs on a second
-// stream beside round k's reads, so a round waits for the stream once. Staging memory has two halves
-// used by alternate rounds, so a rank never overwrites memory a peer may still read.
+// A host-path call replays the schedule of its algorithm (every one; automatic is two_shot for
+// all_reduce and direct for the others), round by round (process_host.cuh): (1) the chunks peers
+// read are copied into the rank's staging memory unless the input lies in memory registered with
+// the communicator; (2) all ranks exchange a small call descriptor through the host communicator
+// (the round's first meeting, which also checks that every rank makes the same call); (3) the
+// round's steps run in levels (process_host_layout.hpp), with a meeting (a wait for the stream, a
+// host barrier) between consecutive levels so that a step reads a peer's window only after the
+// peer's step wrote it. Copies are cudaMemcpyAsync; a reduction is the reduce kernel reading its
+// sources through IPC mappings, except a peer's piece on another GPU of at least
+// copy_engine_min_bytes, which the copy engines bring into local scratch first. Round k + 1's
+// staging runs on a second stream beside round k's steps. Staging memory has two halves used by
+// alternate rounds, so a rank never overwrites memory a peer may still read.
 //
 // Two kinds of error. Raised before anything is enqueued or exchanged, the communicator stays usable
 // and the peers are not told (they wait in their call until the host deadline): invalid arguments,
-// an algorithm the path does not implement (host path: automatic and direct; the device path also
+// an algorithm the path does not implement (the device path implements automatic and direct, and
 // one_shot and two_shot for all_reduce), a stream being captured (host path), a bad registration
 // id, a null range to register. Raised once the call has started (CUDA errors, timeouts, a failed
 // or mismatched peer, memory that cannot be exported): the communicator fails, aborts its host
@@ -100,7 +102,7 @@
 #include "process_host.cuh"
 #include "process_state.cuh"
 #include "kernel.cuh"
-#include "process_layout.hpp"
+#include "process_host_layout.hpp"
 
 namespace braid::cuda {
 
@@ -371,10 +373,10 @@ private:
     const int n = s.host.size(), r = s.host.rank();
     error_context ctx{r, std::string_view(name(c)).data(), ++s.seq, -1};
     const braid::detail::call_shape sh = braid::detail::validate_call<c, T>(in, out, count, root, n, r, co.algorithm, ctx);
-    const bool device_algo = s.dev && c == collective::all_reduce && (co.algorithm == algo::one_shot || co.algorithm == algo::two_shot);
-    if (co.algorithm != algo::automatic && co.algorithm != algo::direct && !device_algo)
-      raise(errc::unsupported, std::string("the cross-process CUDA communicator implements only the direct algorithm") +
-                                   (s.dev ? " (and one_shot, two_shot for all_reduce on the device path)" : ""), ctx);
+    const bool device_algo = c == collective::all_reduce && (co.algorithm == algo::one_shot || co.algorithm == algo::two_shot);
+    if (s.dev && co.algorithm != algo::automatic && co.algorithm != algo::direct && !device_algo)
+      raise(errc::unsupported, "the cross-process CUDA communicator's device path implements only the direct algorithm (and one_shot, "
+                               "two_shot for all_reduce)", ctx);
     if (s.dev) {
       guarded(s, [&] {
         ipc_detail::device_call<c, T>(s, in, out, count, root, op, stream, co, sh, ctx);
@@ -391,7 +393,7 @@ private:
       ++s.stats.calls;
       if (count == 0) return 0;
       cuda_detail::device_guard dg(s.device);
-      ipc_detail::run_rounds<c>(s, in, out, count, root, op, stream, sh, ctx);
+      ipc_detail::run_rounds<c>(s, in, out, count, root, op, stream, sh, co.algorithm, ctx);
       return 0;
     });
   }

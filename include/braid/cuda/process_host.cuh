@@ -39,8 +39,9 @@
 #include "ipc.cuh"
 #include "process_state.cuh"
 #include "kernel.cuh"
-#include "process_layout.hpp"
+#include "process_host_layout.hpp"
 #include "../schedule/call_word.hpp"
+#include "../schedule/schedule.hpp"
 
 namespace braid::cuda::ipc_detail {
 
@@ -73,12 +74,22 @@ inline void copy(void* dst, const void* src, std::size_t bytes, cudaStream_t str
   if (bytes) BRAID_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
 }
 
-template <collective c, class T, class Op>
-void run_rounds(process_state& s, const T* in, T* out, std::size_t count, int root, const Op& op, cudaStream_t stream,
-                const braid::detail::call_shape& sh, error_context& ctx) {
-  using ipc_detail::u64;
+// The algorithm the host path runs for `requested`: automatic is two_shot for all_reduce (every rank
+// reduces one chunk, one meeting between the reduce and the copies) and direct for the others.
+constexpr algo host_algorithm(collective c, algo requested) {
+  if (requested != algo::automatic) return requested;
+  return c == collective::all_reduce ? algo::two_shot : algo::direct;
+}
+
+// Replays schedule S round by round (process_host_layout.hpp): each round stages the chunks peers
+// read, announces the call (the round's first meeting), then runs its levels of steps with a meeting
+// between consecutive levels. A step's copies are cudaMemcpyAsync; its reductions are one
+// reduce_kernel launch per chunk, reading every source in place except a peer's piece on another
+// GPU of at least copy_engine_min_bytes, which the copy engines bring into scratch first.
+template <class S, collective c, class T, class Op>
+void run_schedule(process_state& s, const T* in, T* out, std::size_t count, int root, const Op& op, cudaStream_t stream,
+                  const braid::detail::call_shape& sh, algo a, error_context& ctx) {
   const int n = s.host.size(), r = s.host.rank();
-  const auto un = static_cast<u64>(n);
   constexpr std::size_t E = sizeof(T);
   // The host's blocking steps, counted (process_stats::host_syncs).
   auto wait_stream = [&] {
@@ -89,44 +100,64 @@ void run_rounds(process_state& s, const T* in, T* out, std::size_t count, int ro
     s.host.barrier();
     ++s.stats.host_syncs;
   };
-  if (n == 1) {
-    if (sh.writes_out && !sh.in_place) copy(out, in, sh.out_n * E, stream);
-    wait_stream();
-    return;
-  }
-  const ipc_detail::half_layout L = ipc_detail::fit_layout(c, n, E, s.half, count);
+  const host_half L = fit_host_half<S, T>(c, n, s.half);
   if (L.per == 0) raise(errc::unsupported, "staging memory too small for one element per rank", ctx);
-  // Peers read this rank's input: all_reduce, reduce_scatter, all_gather; reduce's non-roots;
-  // broadcast's root.
-  const bool shared_in = c == collective::all_reduce || c == collective::reduce_scatter || c == collective::all_gather ||
-                         (c == collective::reduce && r != root) || (c == collective::broadcast && r == root);
-  const int in_reg = shared_in ? find_registration(s, in, sh.in_n * E) : -1;
+  const schedule::chunk_map<T> map(c, n, r, root, count, L.per);
+  const std::uint32_t P = S::nchunks(c, n, host_pipeline);
+  const schedule::args sa{c, n, r, root, P};
+  const u64 unit = schedule::chunk_unit<T>();
+  const host_levels lv = levels_for<S>(c, n, root);
+  const int my_steps = lv.nsteps[static_cast<std::size_t>(r)];
+  // Peers read this rank's input in place when it lies in registered memory and the call is not in
+  // place (then a step may overwrite an input chunk a peer has yet to read).
+  bool reads_in = false;
+  for (std::uint32_t ch = 0; ch < P; ++ch) reads_in = reads_in || S::in_published(sa, ch);
+  const int in_reg = reads_in && !sh.in_place ? find_registration(s, in, sh.in_n * E) : -1;
   const auto in_base = in_reg >= 0 ? s.regs[static_cast<std::size_t>(in_reg)].mine : 0;
-  const u64 rounds = (count + L.per - 1) / L.per;
+  const u64 rounds = schedule::nrounds(count, L.per);
   const u64 first = s.round; // round k of this call uses staging half (first + k) & 1
-  const bool stages = shared_in && in_reg < 0;
-  // (1) Round k's input slice, copied where peers can read it (its half of this rank's staging).
+  const bool stages = reads_in && in_reg < 0;
+  auto half_of = [&](int q, u64 h) { return s.peer_staging[static_cast<std::size_t>(q)] + h * s.half; };
+  // (1) Round k's published input chunks, copied into region 0 of its half; consecutive chunks in
+  // one copy (reduce_scatter's blocks as one 2D copy where the pitch allows).
   auto stage = [&](u64 k, cudaStream_t st) {
-    const u64 base = k * L.per, len = std::min<u64>(L.per, count - base);
-    std::byte* to = static_cast<std::byte*>(s.staging.p) + ((first + k) & 1) * s.half + L.in_off;
-    if constexpr (c == collective::reduce_scatter) {
-      if (count * E <= s.max_pitch) {
-        BRAID_CUDA_CHECK(cudaMemcpy2DAsync(to, len * E, in + base, count * E, len * E, un, cudaMemcpyDeviceToDevice, st));
-      } else { // a pitch the 2D copy does not take: one copy per block
-        for (u64 q = 0; q < un; ++q) copy(to + q * len * E, in + q * count + base, len * E, st);
+    const u64 base = k * L.per, len = schedule::round_len(count, L.per, k);
+    std::byte* staging = half_of(r, (first + k) & 1);
+    for (std::uint32_t lo = 0; lo < P;) {
+      if (!map.stages(lo, S::in_published(sa, lo))) {
+        ++lo;
+        continue;
       }
-      s.stats.staged_bytes += len * E * un;
-    } else {
-      copy(to, in + base, len * E, st);
-      s.stats.staged_bytes += len * E;
+      std::uint32_t hi = lo + 1;
+      while (hi < P && map.stages(hi, S::in_published(sa, hi))) ++hi;
+      const schedule::chunk_span a0 = schedule::chunk_at(c, len, P, lo, unit);
+      T* to = map.slot(staging, 0, lo, a0);
+      const T* from = in + map.in_off(lo, a0, base);
+      if constexpr (schedule::blocked(c)) {
+        const u64 rows = hi - lo, width = len * E;
+        if (rows == 1) {
+          copy(to, from, width, st);
+        } else if (c == collective::reduce_scatter && count * E <= s.max_pitch && L.per * E <= s.max_pitch) {
+          BRAID_CUDA_CHECK(cudaMemcpy2DAsync(to, L.per * E, from, count * E, width, rows, cudaMemcpyDeviceToDevice, st));
+        } else {
+          for (std::uint32_t ch = lo; ch < hi; ++ch) {
+            const schedule::chunk_span sp = schedule::chunk_at(c, len, P, ch, unit);
+            copy(map.slot(staging, 0, ch, sp), in + map.in_off(ch, sp, base), len * E, st);
+          }
+        }
+        s.stats.staged_bytes += rows * width;
+      } else {
+        const schedule::chunk_span b0 = schedule::chunk_at(c, len, P, hi - 1, unit);
+        const u64 m = b0.begin + b0.count - a0.begin;
+        copy(to, from, m * E, st);
+        s.stats.staged_bytes += m * E;
+      }
+      lo = hi;
     }
   };
-  // Round k + 1's staging runs on the side stream beside round k's reads. It may start once every
-  // peer has entered round k (the all_gather below), which each does only after its reads of round
-  // k - 1's inputs, the last reads of that half's input region (its result region is another
-  // matter: see (4)); the caller's stream waits for it before the round's wait.
-  // The side stream's work needs no wait for the caller's earlier work: the first wait below
-  // covered all of it.
+  // Round k + 1's staging runs on the side stream beside round k's steps. Its half was last read in
+  // round k - 1, and every peer finished those reads before it joined round k's announcement (below);
+  // the caller's stream waits for it before the round's next wait for the stream.
   auto stage_ahead = [&](u64 k) {
     if (!stages || k + 1 >= rounds) return;
     stage(k + 1, s.side.h);
@@ -136,15 +167,16 @@ void run_rounds(process_state& s, const T* in, T* out, std::size_t count, int ro
   };
   if (stages) stage(0, stream);
   wait_stream(); // the caller's earlier work (the input) and round 0's staging
-  std::vector<ipc_detail::call_desc> descs(un);
+  const braid::detail::call_description call = braid::detail::describe_call<T, Op>(c, a, count, root, 0);
+  std::vector<call_desc> descs(static_cast<std::size_t>(n));
+  std::vector<const T*> ptrs(static_cast<std::size_t>(n));
   for (u64 k = 0; k < rounds; ++k) {
-    const u64 base = k * L.per, len = std::min<u64>(L.per, count - base);
+    const u64 base = k * L.per, len = schedule::round_len(count, L.per, k);
     const u64 h = s.round++ & 1;
     ++s.stats.rounds;
-    std::byte* mine = static_cast<std::byte*>(s.staging.p) + h * s.half;
     // (2) Announce the round; every rank checks that all make the same call.
-    ipc_detail::call_desc d{};
-    d.call = braid::detail::describe_call<T, Op>(c, algo::automatic, count, root, 0);
+    call_desc d{};
+    d.call = call;
     d.round = k;
     d.in_reg = in_reg;
     d.in_off = in_reg >= 0 ? reinterpret_cast<std::uintptr_t>(in) - in_base : 0;
@@ -168,110 +200,96 @@ void run_rounds(process_state& s, const T* in, T* out, std::size_t count, int ro
           raise(errc::protocol, "rank " + std::to_string(q) + "'s input runs past its registration", ctx);
       }
     }
-    // Rank q's input element `elem` (index into its whole input), or element `staged` of its
-    // staged slice.
-    auto input_of = [&](int q, u64 elem, u64 staged) -> const T* {
-      if (q == r) return in + elem;
-      const auto& o = descs[static_cast<std::size_t>(q)];
+    // Where a step's source lies for chunk ch: a window slot of its rank's half, this rank's own
+    // input, a peer's registered input, or the chunk a peer staged.
+    auto source_ptr = [&](const schedule::source& src, std::uint32_t ch, const schedule::chunk_span& sp) -> const T* {
+      if (src.reg == schedule::region::win) return map.slot(half_of(src.rank, h), 1 + src.phase, ch, sp);
+      if (src.rank == r) return in + map.in_off(ch, sp, base);
+      const auto& o = descs[static_cast<std::size_t>(src.rank)];
       if (o.in_reg >= 0) {
         const registration& g = s.regs[static_cast<std::size_t>(o.in_reg)];
-        return reinterpret_cast<const T*>(g.peer[static_cast<std::size_t>(q)] + o.in_off) + elem;
+        return reinterpret_cast<const T*>(g.peer[static_cast<std::size_t>(src.rank)] + o.in_off) + map.in_off(ch, sp, base);
       }
-      return reinterpret_cast<const T*>(s.peer_staging[static_cast<std::size_t>(q)] + h * s.half + L.in_off) + staged;
+      return map.slot(half_of(src.rank, h), 0, ch, sp);
     };
-    // Reduces the n pieces (rank order) of `m` elements into dst (and dst2).
-    auto reduce_pieces = [&](ipc_detail::sources<T> src, u64 m, T* dst, T* dst2) {
-      if (m == 0) return;
-      if constexpr (std::is_invocable_v<const Op&, const accumulator_t<T, Op>&, const accumulator_t<T, Op>&>) {
-        const bool engines = m * E >= s.opts.copy_engine_min_bytes;
-        int slot = 0;
-        for (int q = 0; q < n; ++q) {
-          if (q == r) continue;
-          if (engines && !s.same_gpu[static_cast<std::size_t>(q)]) {
-            T* to = reinterpret_cast<T*>(mine + L.scratch_off + ipc_detail::round_up(L.piece_bytes, 256) * static_cast<u64>(slot));
-            copy(to, src.p[q], m * E, stream);
-            src.p[q] = to;
-            s.stats.copy_engine_bytes += m * E;
-          } else {
-            s.stats.direct_read_bytes += m * E;
-          }
-          ++slot;
-        }
-        const auto blocks = static_cast<int>(ipc_detail::reduce_grid(m, E, s.opts.reduce_blocks, s.sms, s.opts.threads));
-        s.stats.reduce_grid = static_cast<std::uint64_t>(blocks);
-        BRAID_CUDA_CHECK(gpu::launch(&ipc_detail::reduce_kernel<T, Op>, static_cast<unsigned>(blocks),
-                                     static_cast<unsigned>(s.opts.threads), 0, stream, src, n, dst, dst2, m, op, true, n));
-      } else {
-        raise(errc::internal, "reduction requested for an operator that does not reduce", ctx);
-      }
-    };
-    // (3) Each collective's reads.
-    if constexpr (c == collective::all_reduce) {
-      const u64 sh_n = ipc_detail::shard_elems(len, n, E);
-      auto shard = [&](int q, u64& lo) {
-        lo = std::min<u64>(len, static_cast<u64>(q) * sh_n);
-        return std::min<u64>(len, lo + sh_n) - lo;
-      };
-      u64 lo = 0;
-      const u64 m = shard(r, lo);
-      ipc_detail::sources<T> src{};
-      for (int q = 0; q < n; ++q) src.p[q] = input_of(q, base + lo, lo);
-      reduce_pieces(src, m, out + base + lo, reinterpret_cast<T*>(mine + L.res_off));
-      stage_ahead(k);
-      wait_stream();
-      host_barrier();
-      // (4) Everyone's reduced shard, from its staging memory. Not awaited here: a peer rewrites
-      // that result only in round k + 2, after an all_gather this rank joins after the next
-      // round's wait, which covers these copies.
-      for (int q = 0; q < n; ++q) {
-        if (q == r) continue;
-        u64 qlo = 0;
-        const u64 qm = shard(q, qlo);
-        copy(out + base + qlo, s.peer_staging[static_cast<std::size_t>(q)] + h * s.half + L.res_off, qm * E, stream);
-        s.stats.copy_engine_bytes += qm * E;
-      }
-      if (k + 1 == rounds) wait_stream();
-    } else if constexpr (c == collective::reduce_scatter) {
-      ipc_detail::sources<T> src{};
-      for (int q = 0; q < n; ++q) src.p[q] = input_of(q, static_cast<u64>(r) * count + base, static_cast<u64>(r) * len);
-      reduce_pieces(src, len, out + base, nullptr);
-      stage_ahead(k);
-      wait_stream();
-      if (any_reg) host_barrier(); // peers read registered inputs in place until here
-    } else if constexpr (c == collective::reduce) {
-      if (r == root) {
-        ipc_detail::sources<T> src{};
-        for (int q = 0; q < n; ++q) src.p[q] = input_of(q, base, 0);
-        reduce_pieces(src, len, out + base, nullptr);
-      }
-      stage_ahead(k);
-      wait_stream();
-      if (any_reg) host_barrier();
-    } else if constexpr (c == collective::all_gather) {
-      for (int q = 0; q < n; ++q) {
-        T* to = out + static_cast<u64>(q) * count + base;
-        if (q == r) {
-          if (!sh.in_place) copy(to, in + base, len * E, stream);
+    auto run_step = [&](const schedule::step& st) {
+      const int ns = st.count_sources(n);
+      if (ns == 0) return;
+      for (std::uint32_t ch = st.lo; ch < st.hi; ++ch) {
+        const schedule::chunk_span sp = schedule::chunk_at(c, len, P, ch, unit);
+        if (sp.count == 0) continue;
+        T* w = st.win >= 0 && st.win + 1 < L.regions ? map.slot(half_of(r, h), 1 + st.win, ch, sp) : nullptr;
+        T* o = st.out && map.out_covers(ch) ? out + map.out_off(ch, sp, base) : nullptr;
+        if (!w && !o) continue;
+        const u64 m = sp.count;
+        if (ns == 1) {
+          const schedule::source src = st.source_at(0);
+          const T* from = source_ptr(src, ch, sp);
+          if (src.rank != r) s.stats.copy_engine_bytes += m * E;
+          if (o && o != from) copy(o, from, m * E, stream);
+          if (w && w != from) copy(w, o ? o : from, m * E, stream);
           continue;
         }
-        copy(to, input_of(q, base, 0), len * E, stream);
-        s.stats.copy_engine_bytes += len * E;
+        if constexpr (std::is_invocable_v<const Op&, const accumulator_t<T, Op>&, const accumulator_t<T, Op>&>) {
+          const bool engines = m * E >= s.opts.copy_engine_min_bytes;
+          sources<T> src{};
+          int slot = 0;
+          for (int i = 0; i < ns; ++i) {
+            const schedule::source si = st.source_at(i);
+            src.p[i] = source_ptr(si, ch, sp);
+            if (si.rank == r) continue;
+            if (engines && !s.same_gpu[static_cast<std::size_t>(si.rank)] && slot < L.slots) {
+              T* to = reinterpret_cast<T*>(half_of(r, h) + L.scratch_off + L.piece_bytes * static_cast<u64>(slot++));
+              copy(to, src.p[i], m * E, stream);
+              src.p[i] = to;
+              s.stats.copy_engine_bytes += m * E;
+            } else {
+              s.stats.direct_read_bytes += m * E;
+            }
+          }
+          const auto blocks = static_cast<int>(reduce_grid(m, E, s.opts.reduce_blocks, s.sms, s.opts.threads));
+          s.stats.reduce_grid = static_cast<std::uint64_t>(blocks);
+          BRAID_CUDA_CHECK(gpu::launch(&reduce_kernel<T, Op>, static_cast<unsigned>(blocks), static_cast<unsigned>(s.opts.threads), 0,
+                                       stream, src, ns, o ? o : w, o ? w : nullptr, m, op, st.final, n));
+        } else {
+          raise(errc::internal, "reduction requested for an operator that does not reduce", ctx);
+        }
       }
-      stage_ahead(k);
-      wait_stream();
-      if (any_reg) host_barrier();
-    } else if constexpr (c == collective::broadcast) {
-      if (r != root) {
-        copy(out + base, input_of(root, base, 0), len * E, stream);
-        s.stats.copy_engine_bytes += len * E;
-      } else if (!sh.in_place) {
-        copy(out + base, in + base, len * E, stream);
+    };
+    // (3) The levels, one meeting between consecutive ones. Round k + 1 is staged once level 0 is
+    // enqueued, beside it.
+    int j = 0;
+    for (int level = 0; level < lv.depth; ++level) {
+      if (level > 0) {
+        wait_stream();
+        host_barrier();
       }
-      stage_ahead(k);
-      wait_stream();
-      if (any_reg) host_barrier();
+      for (; j < my_steps && lv.at(r, j) == level; ++j) run_step(S::at(sa, j));
+      if (level == 0) stage_ahead(k);
     }
+    // (4) The round's end. Its last level's reads need no wait when they read only windows and the
+    // round has two levels or more: a peer rewrites a window of this half two rounds on, after the
+    // next round's first meeting, which this rank joins after a wait for the stream. The input
+    // region is rewritten sooner (staged ahead after the next announcement), so reads of it, and
+    // a call's last round, are awaited here.
+    const bool last = k + 1 == rounds;
+    if (last || lv.depth < 2 || lv.last_reads_in) wait_stream();
+    // Peers read registered inputs in place until here.
+    if (last && any_reg && lv.last_reads_in) host_barrier();
   }
+}
+
+template <collective c, class T, class Op>
+void run_rounds(process_state& s, const T* in, T* out, std::size_t count, int root, const Op& op, cudaStream_t stream,
+                const braid::detail::call_shape& sh, algo requested, error_context& ctx) {
+  if (s.host.size() == 1) {
+    if (sh.writes_out && !sh.in_place) copy(out, in, sh.out_n * sizeof(T), stream);
+    sync_stream(s, stream, ctx);
+    ++s.stats.host_syncs;
+    return;
+  }
+  const algo a = host_algorithm(c, requested);
+  schedule::with_supported_schedule<c>(a, [&](auto sch) { run_schedule<decltype(sch), c>(s, in, out, count, root, op, stream, sh, a, ctx); });
 }
 
 } // namespace braid::cuda::ipc_detail

@@ -71,8 +71,12 @@ struct process_stats {
   std::uint64_t copy_engine_bytes = 0;   // moved from peers by cudaMemcpyAsync
   std::uint64_t direct_read_bytes = 0;   // read from peers by the reduce kernel
   // Times a call blocked the host: waits for the stream and host collectives (all_gather, barrier).
-  // Host path, a call of R rounds: all_reduce 3R + 2; the others 2R + 1, plus R barriers where a
-  // peer's input was read in place (registered). Device path: none (barrier(stream) is not a call).
+  // Host path, a call of R rounds of a schedule of D levels (process_host_layout.hpp): a wait before
+  // the first round; per round the announcement, a wait and a barrier between consecutive levels,
+  // and a wait at its end, except in a round that is not the call's last where D >= 2 and the last
+  // level reads only windows; and a last barrier where the last level read a peer's registered input.
+  // So with the automatic algorithm: all_reduce (two_shot) 3R + 2, the others (direct) 2R + 1, plus
+  // the barrier. Device path: none (barrier(stream) is not a call).
   std::uint64_t host_syncs = 0;
   // Host path: rounds whose input was staged on the side stream while the previous round's reads
   // ran (every staged round but a call's first).
