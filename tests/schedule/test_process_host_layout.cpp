@@ -149,6 +149,30 @@ TEST_CASE("process host layout: levels follow every read, and the schedules' dep
   CHECK(levels_for<sch::direct>(collective::all_reduce, 4, 0).depth == 2);
 }
 
+TEST_CASE("process host layout: the levels cache computes each schedule once and returns what levels_for does") {
+  host_levels_cache cache;
+  const host_levels& a = cache.get<sch::two_shot>(algo::two_shot, collective::all_reduce, 4, 0);
+  CHECK(cache.computed() == 1);
+  const host_levels want = levels_for<sch::two_shot>(collective::all_reduce, 4, 0);
+  CHECK(a.depth == want.depth);
+  CHECK(a.level == want.level);
+  CHECK(a.last_reads_in == want.last_reads_in);
+  // The same call again, and a root the collective does not use: looked up, not computed.
+  CHECK(&cache.get<sch::two_shot>(algo::two_shot, collective::all_reduce, 4, 0) == &a);
+  CHECK(&cache.get<sch::two_shot>(algo::two_shot, collective::all_reduce, 4, 3) == &a);
+  CHECK(cache.computed() == 1);
+  // A rooted collective's roots are different schedules.
+  const host_levels& b0 = cache.get<sch::ring>(algo::ring, collective::broadcast, 4, 0);
+  const host_levels& b2 = cache.get<sch::ring>(algo::ring, collective::broadcast, 4, 2);
+  CHECK(cache.computed() == 3);
+  CHECK(b0.level == levels_for<sch::ring>(collective::broadcast, 4, 0).level);
+  CHECK(b2.level == levels_for<sch::ring>(collective::broadcast, 4, 2).level);
+  CHECK(b0.level != b2.level);
+  // Another algorithm of the same collective is another entry.
+  cache.get<sch::ring>(algo::ring, collective::all_reduce, 4, 0);
+  CHECK(cache.computed() == 4);
+}
+
 TEST_CASE("process host layout: the reduce grid comes from the piece and the device unless asked for") {
   // From the device (asked 0): one block per 32 KiB of piece, at most one per SM, at least one.
   CHECK(reduce_grid(1, 4, 0, 132, 512) == 1);

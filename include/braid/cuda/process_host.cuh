@@ -106,7 +106,7 @@ void run_schedule(process_state& s, const T* in, T* out, std::size_t count, int 
   const std::uint32_t P = S::nchunks(c, n, host_pipeline);
   const schedule::args sa{c, n, r, root, P};
   const u64 unit = schedule::chunk_unit<T>();
-  const host_levels lv = levels_for<S>(c, n, root);
+  const host_levels& lv = s.levels.get<S>(a, c, n, root);
   const int my_steps = lv.nsteps[static_cast<std::size_t>(r)];
   // Peers read this rank's input in place when it lies in registered memory and the call is not in
   // place (then a step may overwrite an input chunk a peer has yet to read).

@@ -264,6 +264,7 @@ struct process_state {
   event done;
   std::vector<std::byte*> peer_staging;
   std::vector<registration> regs;
+  host_levels_cache levels; // host path: the levels of each schedule run so far
   u64 round = 0, seq = 0;
   process_stats stats;
   std::atomic<bool> failed{false};
