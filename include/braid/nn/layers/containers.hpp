@@ -75,6 +75,20 @@ private:
   std::vector<std::unique_ptr<module<T>>> children_;
 };
 
+namespace detail {
+// A convolution or batch norm as basic_block and resnet() place it: on the hand-written path unless
+// `onednn`, and in oneDNN's channel-blocked layout where `blocked` (a convolution's input too, unless
+// `blocked_in` is false: the stem reads NCHW).
+template <class T> void place(conv2d<T>& l, bool onednn, bool blocked, bool blocked_in = true) {
+  if (!onednn) l.use_onednn(false);
+  if (blocked) l.set_blocked(blocked_in, true);
+}
+template <class T> void place(batchnorm2d<T>& l, bool onednn, bool blocked) {
+  if (!onednn) l.use_onednn(false);
+  if (blocked) l.set_blocked(true);
+}
+} // namespace detail
+
 // ResNet basic block: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), 3x3 convolutions; the
 // shortcut is the identity, or a strided 1x1 convolution with BatchNorm when the shape changes.
 template <class T> class basic_block : public module<T> {
@@ -82,29 +96,16 @@ public:
   // onednn = false: float layers on the hand-written path; blocked: activations in oneDNN's
   // channel-blocked layout in and out (see conv2d::set_blocked).
   basic_block(int in_ch, int out_ch, int stride, std::mt19937_64& rng, bool onednn = true, bool blocked = false) {
-    auto setup = [&](auto& layer) -> auto& {
-      if (!onednn) layer.use_onednn(false);
-      return layer;
-    };
-    auto& c1 = setup(main_.template add<conv2d<T>>(in_ch, out_ch, 3, stride, 1, false, rng));
-    auto& b1 = setup(main_.template add<batchnorm2d<T>>(out_ch));
+    using detail::place;
+    place(main_.template add<conv2d<T>>(in_ch, out_ch, 3, stride, 1, false, rng), onednn, blocked);
+    place(main_.template add<batchnorm2d<T>>(out_ch), onednn, blocked);
     main_.template add<relu<T>>();
-    auto& c2 = setup(main_.template add<conv2d<T>>(out_ch, out_ch, 3, 1, 1, false, rng));
-    auto& b2 = setup(main_.template add<batchnorm2d<T>>(out_ch));
-    if (blocked) {
-      c1.set_blocked(true, true);
-      b1.set_blocked(true);
-      c2.set_blocked(true, true);
-      b2.set_blocked(true);
-    }
+    place(main_.template add<conv2d<T>>(out_ch, out_ch, 3, 1, 1, false, rng), onednn, blocked);
+    place(main_.template add<batchnorm2d<T>>(out_ch), onednn, blocked);
     if (stride != 1 || in_ch != out_ch) {
       shortcut_ = std::make_unique<sequential<T>>();
-      auto& c3 = setup(shortcut_->template add<conv2d<T>>(in_ch, out_ch, 1, stride, 0, false, rng));
-      auto& b3 = setup(shortcut_->template add<batchnorm2d<T>>(out_ch));
-      if (blocked) {
-        c3.set_blocked(true, true);
-        b3.set_blocked(true);
-      }
+      place(shortcut_->template add<conv2d<T>>(in_ch, out_ch, 1, stride, 0, false, rng), onednn, blocked);
+      place(shortcut_->template add<batchnorm2d<T>>(out_ch), onednn, blocked);
     }
   }
   tensor forward(const tensor& x) override {
@@ -159,24 +160,12 @@ template <class T> std::unique_ptr<sequential<T>> resnet(int n, int classes, std
   if constexpr (detail::serves_onednn<T>)
     blocked = onednn && detail::onednn_block() > 0 && width % detail::onednn_block() == 0;
   auto net = std::make_unique<sequential<T>>();
-  auto setup = [&](auto& layer) {
-    if (!onednn) layer.use_onednn(false);
-  };
   using kind = detail::resnet_child::kind;
   for (const detail::resnet_child& c : detail::resnet_plan(n, classes, in_ch, width)) {
     switch (c.what) {
-    case kind::conv: {
-      auto& l = net->template add<conv2d<T>>(c.in, c.out, 3, c.stride, 1, false, rng);
-      setup(l);
-      if (blocked) l.set_blocked(false, true);
-      break;
-    }
-    case kind::batchnorm: {
-      auto& l = net->template add<batchnorm2d<T>>(c.out);
-      setup(l);
-      if (blocked) l.set_blocked(true);
-      break;
-    }
+    // The stem's convolution reads the NCHW input and writes the blocked layout.
+    case kind::conv: detail::place(net->template add<conv2d<T>>(c.in, c.out, 3, c.stride, 1, false, rng), onednn, blocked, false); break;
+    case kind::batchnorm: detail::place(net->template add<batchnorm2d<T>>(c.out), onednn, blocked); break;
     case kind::relu: net->template add<relu<T>>(); break;
     case kind::block: net->template add<basic_block<T>>(c.in, c.out, c.stride, rng, onednn, blocked); break;
     case kind::pool: {
