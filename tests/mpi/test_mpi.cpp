@@ -729,6 +729,23 @@ void cuda_checks(device_comm& c, std::size_t count, std::size_t chunk_bytes, con
 
 } // namespace
 
+// mpi/partition.hpp: the counts and displacements both communicators hand MPI.
+void check_partition() {
+  using braid::mpi::detail::piece_counts;
+  const piece_counts a = braid::mpi::detail::split_pieces(10, 3); // 4, 3, 3
+  if (a.cnt != std::vector<int>{4, 3, 3} || a.off != std::vector<int>{0, 4, 7}) fail("split_pieces(10, 3)");
+  const piece_counts b = braid::mpi::detail::split_pieces(2, 4); // fewer elements than members
+  if (b.cnt != std::vector<int>{1, 1, 0, 0} || b.off != std::vector<int>{0, 1, 2, 2}) fail("split_pieces(2, 4)");
+  const piece_counts c = braid::mpi::detail::equal_pieces(3, 5);
+  if (c.cnt != std::vector<int>{5, 5, 5} || c.off != std::vector<int>{0, 5, 10}) fail("equal_pieces(3, 5)");
+  braid::mpi::host_layout L;
+  L.hosts = 3;
+  L.host_size = {2, 1, 3};
+  const piece_counts d = braid::mpi::detail::host_blocks(L, 7); // 14, 7, 21
+  if (d.cnt != std::vector<int>{14, 7, 21} || d.off != std::vector<int>{0, 14, 21} || d.of(2) != 21 || d.at(2) != 21)
+    fail("host_blocks({2, 1, 3}, 7)");
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -756,6 +773,7 @@ int main(int argc, char** argv) {
     }
   }
   try {
+    check_partition();
     if (expect_error) {
       bool raised = false;
       try {

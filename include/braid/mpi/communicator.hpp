@@ -78,6 +78,7 @@
 #include "call_check.hpp"
 #include "check.hpp"
 #include "front.hpp"
+#include "partition.hpp"
 
 namespace braid::mpi {
 
@@ -261,20 +262,15 @@ private:
       reduce_pieces(copies, H, n, data, op);
       return;
     }
-    std::vector<int> cnt(static_cast<std::size_t>(H)), off(static_cast<std::size_t>(H));
-    for (int j = 0, o = 0; j < H; ++j) {
-      cnt[static_cast<std::size_t>(j)] = static_cast<int>(n / static_cast<std::size_t>(H) + (static_cast<std::size_t>(j) < n % static_cast<std::size_t>(H)));
-      off[static_cast<std::size_t>(j)] = o;
-      o += cnt[static_cast<std::size_t>(j)];
-    }
-    const std::size_t mine = static_cast<std::size_t>(cnt[static_cast<std::size_t>(me)]);
+    const detail::piece_counts p = detail::split_pieces(n, H);
+    const std::size_t mine = static_cast<std::size_t>(p.of(me));
     T* pieces = staging<T>(static_cast<std::size_t>(H) * mine);
     const MPI_Datatype t = type_of(sizeof(T));
     for (std::size_t j = 0; j < r.size(); ++j)
-      r[j] = {data + off[j], static_cast<std::size_t>(cnt[j]) * sizeof(T), pieces + j * mine, mine * sizeof(T)};
+      r[j] = {data + p.off[j], static_cast<std::size_t>(p.cnt[j]) * sizeof(T), pieces + j * mine, mine * sizeof(T)};
     exchange<T>(); // every member's piece j to member j: the MPI_Alltoallv of two-shot
-    reduce_pieces(pieces, H, mine, data + off[static_cast<std::size_t>(me)], op);
-    BRAID_MPI_CHECK_CTX(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, cnt.data(), off.data(), t, comm), ctx());
+    reduce_pieces(pieces, H, mine, data + p.at(me), op);
+    BRAID_MPI_CHECK_CTX(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, p.cnt.data(), p.off.data(), t, comm), ctx());
   }
 
   // dst[i] = finalize(op(piece_0[i], ..., piece_{H-1}[i])) in the accumulator type, pieces in order.
@@ -343,23 +339,20 @@ private:
     T* host_result = buf + N * rc; // this host's blocks, by local rank
     local_.reduce(in, buf, N * rc, 0, part);
     if (L.local_rank == 0) {
-      std::vector<int> sc(H), so(H), rcn(H), ro(H);
-      const int mine = L.host_size[static_cast<std::size_t>(L.host)] * static_cast<int>(rc);
+      const detail::piece_counts out_p = detail::host_blocks(L, rc); // host h's ranks' blocks, to host h
+      const int mine = out_p.of(L.host);
+      const detail::piece_counts in_p = detail::equal_pieces(L.hosts, mine); // this host's blocks, from every host
       T* send = staging<T>(N * rc + H * static_cast<std::size_t>(mine));
       T* recv = send + N * rc; // H pieces of `mine` elements
-      for (std::size_t h = 0, o = 0; h < H; ++h) {
-        so[h] = static_cast<int>(o);
+      for (std::size_t h = 0, o = 0; h < H; ++h)
         for (int q : L.members[h]) {
           std::memcpy(static_cast<void*>(send + o), buf + static_cast<std::size_t>(q) * rc, rc * sizeof(T));
           o += rc;
         }
-        sc[h] = static_cast<int>(o) - so[h];
-        rcn[h] = mine;
-        ro[h] = static_cast<int>(h) * mine;
-      }
       auto& r = routes(H); // host h's blocks to host h (an MPI_Alltoallv), in the check's exchange
       for (std::size_t h = 0; h < H; ++h)
-        r[h] = {send + so[h], static_cast<std::size_t>(sc[h]) * sizeof(T), recv + ro[h], static_cast<std::size_t>(rcn[h]) * sizeof(T)};
+        r[h] = {send + out_p.off[h], static_cast<std::size_t>(out_p.cnt[h]) * sizeof(T), recv + in_p.off[h],
+                static_cast<std::size_t>(in_p.cnt[h]) * sizeof(T)};
       exchange<T>();
       reduce_pieces(recv, L.hosts, static_cast<std::size_t>(mine), host_result, op);
     }
@@ -390,14 +383,9 @@ private:
     T* all = buf + hn; // blocks by (host, local rank)
     local_.all_gather(in, buf, sc);
     if (L.local_rank == 0) {
-      std::vector<int> cnt(H), off(H);
-      for (std::size_t h = 0, o = 0; h < H; ++h) {
-        cnt[h] = L.host_size[h] * static_cast<int>(sc);
-        off[h] = static_cast<int>(o);
-        o += static_cast<std::size_t>(cnt[h]);
-      }
+      const detail::piece_counts p = detail::host_blocks(L, sc);
       auto& r = routes(H); // this host's blocks to every host (an MPI_Allgatherv), in the check's exchange
-      for (std::size_t h = 0; h < H; ++h) r[h] = {buf, hn * sizeof(T), all + off[h], static_cast<std::size_t>(cnt[h]) * sizeof(T)};
+      for (std::size_t h = 0; h < H; ++h) r[h] = {buf, hn * sizeof(T), all + p.off[h], static_cast<std::size_t>(p.cnt[h]) * sizeof(T)};
       exchange<T>();
     }
     local_.broadcast(all, all, N * sc, 0);

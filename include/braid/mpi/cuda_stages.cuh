@@ -33,23 +33,15 @@ template <class T, class Op> void cuda_communicator::reduce_pieces(const T* piec
 // communicator.hpp's cross_all_reduce).
 template <class T, class Op> void cuda_communicator::cross_all_reduce(T* data, std::size_t n, MPI_Comm comm, int H, int me, const Op& op) {
   inter_host_check();
-  std::vector<int> cnt(static_cast<std::size_t>(H)), off(static_cast<std::size_t>(H)), rc(static_cast<std::size_t>(H)), ro(static_cast<std::size_t>(H));
-  for (int j = 0, o = 0; j < H; ++j) {
-    cnt[static_cast<std::size_t>(j)] = static_cast<int>(n / static_cast<std::size_t>(H) + (static_cast<std::size_t>(j) < n % static_cast<std::size_t>(H)));
-    off[static_cast<std::size_t>(j)] = o;
-    o += cnt[static_cast<std::size_t>(j)];
-  }
-  const int mine = cnt[static_cast<std::size_t>(me)];
-  for (int j = 0; j < H; ++j) {
-    rc[static_cast<std::size_t>(j)] = mine;
-    ro[static_cast<std::size_t>(j)] = j * mine;
-  }
+  const detail::piece_counts p = detail::split_pieces(n, H);
+  const int mine = p.of(me);
+  const detail::piece_counts in_p = detail::equal_pieces(H, mine);
   const std::size_t np = static_cast<std::size_t>(H) * static_cast<std::size_t>(mine);
   T* pieces = direct_ ? pieces_dev_.get<T>(np, done_.h) : host_staging<T>(np);
   const MPI_Datatype t = type_of(sizeof(T));
-  BRAID_MPI_CHECK_CTX(MPI_Alltoallv(data, cnt.data(), off.data(), t, pieces, rc.data(), ro.data(), t, comm), ctx());
-  reduce_pieces(pieces, H, static_cast<std::size_t>(mine), data + off[static_cast<std::size_t>(me)], op);
-  BRAID_MPI_CHECK_CTX(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, cnt.data(), off.data(), t, comm), ctx());
+  BRAID_MPI_CHECK_CTX(MPI_Alltoallv(data, p.cnt.data(), p.off.data(), t, pieces, in_p.cnt.data(), in_p.off.data(), t, comm), ctx());
+  reduce_pieces(pieces, H, static_cast<std::size_t>(mine), data + p.at(me), op);
+  BRAID_MPI_CHECK_CTX(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, p.cnt.data(), p.off.data(), t, comm), ctx());
 }
 
 // The inter-host all_reduce of device data[0, n), stream-ordered after the work on `stream` (the
@@ -179,29 +171,25 @@ template <class T, class Op> void cuda_communicator::do_reduce_scatter(const T* 
   local_.reduce(in, buf, N * rc, 0, part, stream);
   if (L.local_rank == 0) {
     inter_host_check();
-    std::vector<int> sc(H), so(H), rcn(H), ro(H);
-    const int mine = L.host_size[static_cast<std::size_t>(L.host)] * static_cast<int>(rc);
+    const detail::piece_counts out_p = detail::host_blocks(L, rc); // host h's ranks' blocks, to host h
+    const int mine = out_p.of(L.host);
+    const detail::piece_counts in_p = detail::equal_pieces(L.hosts, mine); // this host's blocks, from every host
     T* send = direct_ ? pieces_dev_.get<T>(N * rc + H * static_cast<std::size_t>(mine), done_.h) : pinned_.get<T>(N * rc + H * static_cast<std::size_t>(mine), done_.h);
     T* recv = send + N * rc;
-    for (std::size_t h = 0, o = 0; h < H; ++h) {
-      so[h] = static_cast<int>(o);
+    for (std::size_t h = 0, o = 0; h < H; ++h)
       for (int q : L.members[h]) {
         if (direct_) d2d(send + o, buf + static_cast<std::size_t>(q) * rc, rc, stream);
         else d2h(send + o, buf + static_cast<std::size_t>(q) * rc, rc, stream);
         o += rc;
       }
-      sc[h] = static_cast<int>(o) - so[h];
-      rcn[h] = mine;
-      ro[h] = static_cast<int>(h) * mine;
-    }
     sync(stream);
     if (direct_) {
       // recv lies in pieces_dev_ after send; reduce_pieces (device) reads it there.
-      BRAID_MPI_CHECK_CTX(MPI_Alltoallv(send, sc.data(), so.data(), t, recv, rcn.data(), ro.data(), t, hc_.cross.get()), ctx());
+      BRAID_MPI_CHECK_CTX(MPI_Alltoallv(send, out_p.cnt.data(), out_p.off.data(), t, recv, in_p.cnt.data(), in_p.off.data(), t, hc_.cross.get()), ctx());
       reduce_pieces(recv, L.hosts, static_cast<std::size_t>(mine), host_result, op);
     } else {
       T* hres = host_staging<T>(static_cast<std::size_t>(mine));
-      BRAID_MPI_CHECK_CTX(MPI_Alltoallv(send, sc.data(), so.data(), t, recv, rcn.data(), ro.data(), t, hc_.cross.get()), ctx());
+      BRAID_MPI_CHECK_CTX(MPI_Alltoallv(send, out_p.cnt.data(), out_p.off.data(), t, recv, in_p.cnt.data(), in_p.off.data(), t, hc_.cross.get()), ctx());
       reduce_pieces(recv, L.hosts, static_cast<std::size_t>(mine), hres, op);
       h2d(host_result, hres, static_cast<std::size_t>(mine), stream);
     }
@@ -242,20 +230,15 @@ template <class T> void cuda_communicator::do_all_gather(const T* in, T* out, st
   local_.all_gather(in, buf, sc, stream);
   if (L.local_rank == 0) {
     inter_host_check();
-    std::vector<int> cnt(H), off(H);
-    for (std::size_t h = 0, o = 0; h < H; ++h) {
-      cnt[h] = L.host_size[h] * static_cast<int>(sc);
-      off[h] = static_cast<int>(o);
-      o += static_cast<std::size_t>(cnt[h]);
-    }
+    const detail::piece_counts p = detail::host_blocks(L, sc);
     if (direct_) {
       sync(stream);
-      BRAID_MPI_CHECK_CTX(MPI_Allgatherv(buf, static_cast<int>(hn), t, all, cnt.data(), off.data(), t, hc_.cross.get()), ctx());
+      BRAID_MPI_CHECK_CTX(MPI_Allgatherv(buf, static_cast<int>(hn), t, all, p.cnt.data(), p.off.data(), t, hc_.cross.get()), ctx());
     } else {
       T* h = pinned_.get<T>(hn + N * sc, done_.h);
       d2h(h, buf, hn, stream);
       sync(stream);
-      BRAID_MPI_CHECK_CTX(MPI_Allgatherv(h, static_cast<int>(hn), t, h + hn, cnt.data(), off.data(), t, hc_.cross.get()), ctx());
+      BRAID_MPI_CHECK_CTX(MPI_Allgatherv(h, static_cast<int>(hn), t, h + hn, p.cnt.data(), p.off.data(), t, hc_.cross.get()), ctx());
       h2d(all, h + hn, N * sc, stream);
     }
   }
