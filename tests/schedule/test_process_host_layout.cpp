@@ -9,6 +9,7 @@
 #include <braid/schedule/schedule.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace {
@@ -46,11 +47,13 @@ template <class S, class T> long check_halves(collective c, int n) {
     CHECK(map.region_bytes == L.region_bytes);
     // Every chunk of a full round lies inside its region and fits a scratch piece; chunks of one
     // region do not overlap.
-    std::byte* base = nullptr;
+    // A region's worth of memory (not written), so that the slot pointers stay inside one object.
+    const std::unique_ptr<std::byte[]> region(new std::byte[L.region_bytes + 1]);
+    std::byte* base = region.get();
     u64 next = 0;
     for (std::uint32_t ch = 0; ch < P; ++ch) {
       const sch::chunk_span sp = sch::chunk_at(c, L.per, P, ch, sch::chunk_unit<T>());
-      const auto lo = static_cast<u64>(reinterpret_cast<std::byte*>(map.slot(base + 0, 0, ch, sp)) - base);
+      const auto lo = static_cast<u64>(reinterpret_cast<std::byte*>(map.slot(base, 0, ch, sp)) - base);
       CHECK(lo >= next);
       next = lo + sp.count * sizeof(T);
       CHECK(next <= L.region_bytes);

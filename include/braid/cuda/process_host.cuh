@@ -169,7 +169,6 @@ void run_schedule(process_state& s, const T* in, T* out, std::size_t count, int 
   wait_stream(); // the caller's earlier work (the input) and round 0's staging
   const braid::detail::call_description call = braid::detail::describe_call<T, Op>(c, a, count, root, 0);
   std::vector<call_desc> descs(static_cast<std::size_t>(n));
-  std::vector<const T*> ptrs(static_cast<std::size_t>(n));
   for (u64 k = 0; k < rounds; ++k) {
     const u64 base = k * L.per, len = schedule::round_len(count, L.per, k);
     const u64 h = s.round++ & 1;
@@ -268,10 +267,10 @@ void run_schedule(process_state& s, const T* in, T* out, std::size_t count, int 
       if (level == 0) stage_ahead(k);
     }
     // (4) The round's end. Its last level's reads need no wait when they read only windows and the
-    // round has two levels or more: a peer rewrites a window of this half two rounds on, after the
-    // next round's first meeting, which this rank joins after a wait for the stream. The input
-    // region is rewritten sooner (staged ahead after the next announcement), so reads of it, and
-    // a call's last round, are awaited here.
+    // round has two levels or more: their owner rewrites a window of this half two rounds on, after
+    // the barrier between the next round's first two levels, which this rank joins only after a
+    // wait for its stream. The input region is rewritten sooner (staged ahead right after the next
+    // announcement), so reads of it, and a call's last round, are awaited here.
     const bool last = k + 1 == rounds;
     if (last || lv.depth < 2 || lv.last_reads_in) wait_stream();
     // Peers read registered inputs in place until here.
