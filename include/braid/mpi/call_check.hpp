@@ -1,14 +1,14 @@
-// braid/mpi/call_check.hpp — the inter-host call check shared by braid::mpi::communicator
-// (communicator.hpp) and braid::mpi::cuda_communicator (cuda.cuh); docs/guarantees.md, "Mismatched
-// calls across hosts".
+// braid/mpi/call_check.hpp — the inter-host call check of braid::mpi's hierarchy (hierarchy.hpp),
+// shared by both of its communicators; docs/guarantees.md, "Mismatched calls across hosts".
 //
 // Every rank that takes part in the inter-host stage (uniform layouts: every rank, on its cross
 // communicator; otherwise the local ranks 0) folds each call with a non-zero count into a 64-bit call
 // word, chained over its calls like the host transport's (schedule/call_word.hpp; count-0 calls, which
 // move nothing, are not counted). Its first inter-host step, whatever the collective, is exchange():
 // one round of point-to-point messages in which every member sends every other member exactly one
-// block, {word, the call's description, the bytes it sends that member, up to inline_bytes of them},
-// and, where those bytes do not fit in the block, one data message after it. A block is at most
+// block, {word, the call's description, the bytes it sends that member, up to inline_bytes of them
+// where they lie in host memory}, and, where those bytes do not fit in the block (or lie in device
+// memory), one data message after it. A block is at most
 // block_bytes long (only the bytes used are sent) and is received into block_bytes, whatever the
 // calls, so its receive always matches and is never truncated. Every member
 // receives every other member's block and compares every word with its own before it posts a receive
@@ -73,9 +73,18 @@ public:
   // elem_bytes (the data messages are elem_bytes-byte elements of type `t`, at most INT_MAX of them).
   // What member j sends this member lands in routes[j].recv, whether it rode in the block or beside
   // it. On a difference: publish(message), then mismatch_error with that message.
-  template <class Publish>
+  // The default copy into route memory: host memory, possibly overlapping (a member's own route).
+  struct move_bytes {
+    void operator()(void* dst, const void* src, std::size_t bytes) const { std::memmove(dst, src, bytes); }
+  };
+
+  // Routes in memory the CPU cannot read (device memory handed to a CUDA-aware MPI): cpu_reads false,
+  // and `copy(dst, src, bytes)` makes every copy into route memory (this member's own route, and the
+  // bytes another member sent inline); nothing is sent inline from such memory. A block says whether
+  // its bytes are inline (the top bit of its size), so members of either kind meet in one exchange.
+  template <class Publish, class Copy = move_bytes>
   void exchange(std::span<const route> routes, MPI_Datatype t, std::size_t elem_bytes, const host_comms& hc, const error_context& ctx,
-                            Publish&& publish) {
+                Publish&& publish, bool cpu_reads = true, Copy&& copy = {}) {
     pending_ = false;
     const std::size_t H = static_cast<std::size_t>(hc.layout.hosts), me = static_cast<std::size_t>(hc.layout.host);
     const MPI_Comm comm = hc.cross.get();
@@ -96,13 +105,14 @@ public:
     for (std::size_t k = 0; k < H; ++k) {
       const route& r = routes[k];
       std::byte* b = k == me ? all + k * block_bytes : out + k * block_bytes;
-      const std::uint64_t h[6] = {word_, desc_[0], desc_[1], desc_[2], desc_[3], r.send_bytes};
+      const bool in_line = cpu_reads && r.send_bytes <= inline_bytes;
+      const std::uint64_t h[6] = {word_, desc_[0], desc_[1], desc_[2], desc_[3], r.send_bytes | (in_line ? inline_flag : 0)};
       std::memcpy(b, h, sizeof(h));
-      if (r.send_bytes <= inline_bytes && r.send_bytes) std::memcpy(b + header_bytes, r.send, r.send_bytes);
+      if (in_line && r.send_bytes && k != me) std::memcpy(b + header_bytes, r.send, r.send_bytes);
       if (k == me) continue;
-      if (r.send_bytes > inline_bytes)
+      if (!in_line && r.send_bytes)
         post(MPI_Isend(r.send, elements(r.send_bytes, elem_bytes, ctx), t, static_cast<int>(k), data_tag, comm, &next()), ctx);
-      used = header_bytes + (r.send_bytes <= inline_bytes ? r.send_bytes : 0); // a receive may be longer than its message
+      used = header_bytes + (in_line ? r.send_bytes : 0); // a receive may be longer than its message
       if (!pair) post(MPI_Isend(b, static_cast<int>(used), MPI_BYTE, static_cast<int>(k), block_tag, comm, &next()), ctx);
     }
     if (pair) {
@@ -119,19 +129,21 @@ public:
     for (std::size_t j = 0; j < H; ++j) {
       const std::uint64_t* h = header(all, j);
       if (h[0] != word_ && differs == H) differs = j;
-      if (h[5] != routes[j].recv_bytes) sizes_agree = false;
+      if (sent_bytes(h) != routes[j].recv_bytes) sizes_agree = false;
     }
     const bool ok = differs == H && sizes_agree;
     for (std::size_t j = 0; j < H; ++j) {
-      const std::size_t bytes = header(all, j)[5];
+      const std::uint64_t* h = header(all, j);
+      const std::size_t bytes = sent_bytes(h);
       const route& r = routes[j];
+      if (!bytes) continue;
       if (j == me) {
-        if (ok && bytes) std::memmove(r.recv, r.send, bytes);
-      } else if (bytes > inline_bytes) {
+        if (ok) copy(r.recv, r.send, bytes);
+      } else if (!(h[5] & inline_flag)) {
         if (ok) post(MPI_Irecv(r.recv, elements(bytes, elem_bytes, ctx), t, static_cast<int>(j), data_tag, comm, &next()), ctx);
         else drain(all, j, comm, ctx);
-      } else if (ok && bytes) {
-        std::memcpy(r.recv, all + j * block_bytes + header_bytes, bytes);
+      } else if (ok) {
+        copy(r.recv, all + j * block_bytes + header_bytes, bytes);
       }
     }
     BRAID_MPI_CHECK_CTX(MPI_Waitall(static_cast<int>(reqs_.size() - blocks), reqs_.data() + blocks, MPI_STATUSES_IGNORE), ctx);
@@ -150,6 +162,8 @@ public:
   }
 
 private:
+  static constexpr std::uint64_t inline_flag = std::uint64_t{1} << 63; // in a block's size: the bytes follow the header
+  static std::size_t sent_bytes(const std::uint64_t* h) { return h[5] & ~inline_flag; }
   static const std::uint64_t* header(const std::byte* all, std::size_t j) {
     return reinterpret_cast<const std::uint64_t*>(all + j * block_bytes); // blocks are 8-byte aligned
   }
@@ -165,17 +179,18 @@ private:
   // checks allowed fits in one int count; memory not zeroed.
   void drain(const std::byte* all, std::size_t j, MPI_Comm comm, const error_context& ctx) {
     const std::uint64_t* h = header(all, j);
+    const std::uint64_t bytes = sent_bytes(h);
     std::uint64_t esize = h[1] >> 32;
-    if (esize == 0 || h[5] % esize) esize = 1;
-    if (h[5] / esize > std::uint64_t{INT_MAX})
-      raise(errc::internal, "braid::mpi: a peer announced an inter-host data message of " + std::to_string(h[5]) + " bytes, more than INT_MAX elements", ctx);
-    drop_.emplace_back(new std::byte[h[5]]);
+    if (esize == 0 || bytes % esize) esize = 1;
+    if (bytes / esize > std::uint64_t{INT_MAX})
+      raise(errc::internal, "braid::mpi: a peer announced an inter-host data message of " + std::to_string(bytes) + " bytes, more than INT_MAX elements", ctx);
+    drop_.emplace_back(new std::byte[bytes]);
     MPI_Datatype dt = MPI_BYTE;
     if (esize > 1) {
       BRAID_MPI_CHECK_CTX(MPI_Type_contiguous(static_cast<int>(esize), MPI_BYTE, &dt), ctx);
       BRAID_MPI_CHECK_CTX(MPI_Type_commit(&dt), ctx);
     }
-    const int rc = MPI_Irecv(drop_.back().get(), static_cast<int>(h[5] / esize), dt, static_cast<int>(j), data_tag, comm, &next());
+    const int rc = MPI_Irecv(drop_.back().get(), static_cast<int>(bytes / esize), dt, static_cast<int>(j), data_tag, comm, &next());
     if (esize > 1) MPI_Type_free(&dt); // freed types stay valid for pending requests
     post(rc, ctx);
   }
