@@ -5,8 +5,8 @@
 // communicator of the host's processes (cuda::process_communicator: the device path where every
 // process has a GPU of its own, the host path where processes share one) moves and reduces the data;
 // MPI carries the step between hosts. The algorithms, the partition of the data among the ranks and
-// the reduction order are communicator.hpp's, stage for stage, with device stages in place of the
-// host communicator's. Construction is collective over an MPI communicator; rank r uses GPU
+// the reduction order are hierarchy.hpp's, the same text as communicator.hpp's; this file is their
+// device stage. Construction is collective over an MPI communicator; rank r uses GPU
 // local_rank % (visible GPUs) unless told otherwise.
 //
 //   MPI_Init(&argc, &argv);
@@ -41,8 +41,9 @@
 //  * Mismatched calls across hosts raise mismatch_error before any MPI call whose size depends on the
 //    call: every rank of the inter-host stage (uniform: all; otherwise local ranks 0) makes the call
 //    check of communicator.hpp (call_check.hpp: one round of blocks between every pair of members,
-//    48 bytes here, carrying the chained call word) before its first inter-host MPI call, header only
-//    (the data lies in device memory: one more inter-host round per call). Hosts of equal size: every rank compares
+//    carrying the chained call word, and the step's first data exchange with it: from pinned copies
+//    up to 208 bytes inside the blocks, from device memory always beside them), so the check costs no
+//    round of its own here either. Hosts of equal size: every rank compares
 //    and raises it itself. Otherwise the leader publishes it to the host's CUDA communicator
 //    (process_communicator::publish_failure): its other ranks raise mismatch_error from their host
 //    waits (host path), or their kernels stop and they raise it from check() after synchronising the
@@ -73,16 +74,15 @@
 #include <map>
 #include <span>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "../cuda.cuh"
 #include "bootstrap.hpp"
-#include "call_check.hpp"
 #include "check.hpp"
 #include "communicator.hpp"
 #include "front.hpp"
+#include "hierarchy.hpp"
 
 namespace braid::mpi {
 
@@ -115,10 +115,12 @@ using device_scratch = cuda_detail::grow_only<cuda_detail::memory_kind::device>;
 
 // valid(), rank(), size(), host(), hosts(), local_rank(), local_size(), uniform(), layout(),
 // cross_comm() and calls() come from detail::front (front.hpp), as for communicator.
-class cuda_communicator : public detail::front {
+class cuda_communicator : public detail::hierarchy<cuda_communicator> {
+  friend class detail::hierarchy<cuda_communicator>;
+
 public:
-  cuda_communicator() noexcept : front("cuda_communicator") {} // empty: every call raises usage_error
-  cuda_communicator(cuda_communicator&& o) noexcept : front("cuda_communicator") { *this = std::move(o); }
+  cuda_communicator() noexcept : hierarchy("cuda_communicator") {} // empty: every call raises usage_error
+  cuda_communicator(cuda_communicator&& o) noexcept : hierarchy("cuda_communicator") { *this = std::move(o); }
   cuda_communicator& operator=(cuda_communicator&& o) noexcept {
     if (this != &o) {
       release();
@@ -127,10 +129,11 @@ public:
       max_pitch_ = o.max_pitch_;
       direct_ = o.direct_;
       chunk_bytes_ = o.chunk_bytes_;
-      front::operator=(std::move(o));
+      hierarchy::operator=(std::move(o));
       mismatch_everywhere_ = std::exchange(o.mismatch_everywhere_, false);
       scratch_ = std::move(o.scratch_);
       pieces_dev_ = std::move(o.pieces_dev_);
+      space_dev_ = std::move(o.space_dev_);
       sink_ = std::move(o.sink_);
       done_ = std::move(o.done_);
       pinned_ = std::move(o.pinned_);
@@ -145,7 +148,7 @@ public:
 
   // Collective over `comm`. MPI must be initialised; `comm` is duplicated. `device` -1: GPU
   // local_rank % (number of visible GPUs).
-  explicit cuda_communicator(MPI_Comm comm, int device = -1, const cuda_options& o = {}) : front("cuda_communicator", split_hosts(comm)) {
+  explicit cuda_communicator(MPI_Comm comm, int device = -1, const cuda_options& o = {}) : hierarchy("cuda_communicator", split_hosts(comm)) {
     const host_layout& L = hc_.layout;
     if (o.chunk_bytes < 256) raise(errc::invalid_argument, "cuda_options::chunk_bytes must be at least 256", error_context{L.rank, "cuda_communicator", 0, -1});
     // The host's CPU communicator first (MPI carries its id), then the CUDA communicator over it.
@@ -230,7 +233,7 @@ public:
     check_call<collective::all_reduce>(in, out, count, 0);
     call("all_reduce", stream, [&] {
       start_check<collective::all_reduce, T, Op>(count, 0);
-      do_all_reduce(in, out, count, op, stream);
+      do_all_reduce(in, out, count, op);
     });
   }
   template <element T, class Op = sum<>>
@@ -239,9 +242,9 @@ public:
     check_call<collective::reduce>(in, out, count, root);
     call("reduce", stream, [&] {
       start_check<collective::reduce, T, Op>(count, root);
-      if (rank() == root) return do_all_reduce(in, out, count, op, stream);
+      if (rank() == root) return do_all_reduce(in, out, count, op);
       T* sink = sink_.get<T>(count, done_.h);
-      do_all_reduce(in, sink, count, op, stream);
+      do_all_reduce(in, sink, count, op);
     });
   }
   template <element T, class Op = sum<>>
@@ -250,21 +253,21 @@ public:
     check_call<collective::reduce_scatter>(in, out, recv_count, 0);
     call("reduce_scatter", stream, [&] {
       start_check<collective::reduce_scatter, T, Op>(recv_count, 0);
-      do_reduce_scatter(in, out, recv_count, op, stream);
+      do_reduce_scatter(in, out, recv_count, op);
     });
   }
   template <element T> void all_gather(const T* in, T* out, std::size_t send_count, cudaStream_t stream) {
     check_call<collective::all_gather>(in, out, send_count, 0);
     call("all_gather", stream, [&] {
       start_check<collective::all_gather, T, braid::detail::copy_only>(send_count, 0);
-      do_all_gather(in, out, send_count, stream);
+      do_all_gather(in, out, send_count);
     });
   }
   template <element T> void broadcast(const T* in, T* out, std::size_t count, int root, cudaStream_t stream) {
     check_call<collective::broadcast>(in, out, count, root);
     call("broadcast", stream, [&] {
       start_check<collective::broadcast, T, braid::detail::copy_only>(count, root);
-      do_broadcast(in, out, count, root, stream);
+      do_broadcast(in, out, count, root);
     });
   }
   // span forms (device memory)
@@ -306,7 +309,7 @@ public:
       // The call check among the ranks that take part in the inter-host stage (every rank of a
       // uniform layout, the local ranks 0 otherwise) is an all-gather: it is the inter-host barrier.
       start_check<collective::barrier, std::uint8_t, braid::detail::copy_only>(1, 0);
-      inter_host_check();
+      check_only();
       local_.barrier(stream);
     });
   }
@@ -328,17 +331,18 @@ private:
   // scratch and pinned memory; any error marks the communicator failed.
   template <class F> void call(const char* what, cudaStream_t stream, F&& f) {
     begin_call(what);
+    stream_ = stream;
     try {
       cuda_detail::device_guard dg(device_);
       BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, done_.h, 0));
       f();
-      inter_host_check(); // a checking rank without an inter-host MPI call: none with these algorithms
+      check_only(); // a checking rank without an inter-host MPI call: none with these algorithms
       BRAID_CUDA_CHECK(cudaEventRecord(done_.h, stream));
     } catch (const std::exception& e) {
       mark_failed(e);
       // This host's peers may wait for this rank in the CUDA communicator: release them (they raise
       // aborted_error, or mismatch_error where the call check published a mismatch first: the first
-      // failure recorded wins), unless every rank found the mismatch itself (inter_host_check); and let
+      // failure recorded wins), unless every rank found the mismatch itself (on_mismatch); and let
       // the destructor wait for whatever this call left on the stream.
       try {
         if (!mismatch_everywhere_) local_.abort();
@@ -349,23 +353,19 @@ private:
     }
   }
 
-  // ---- the inter-host call check (mpi/call_check.hpp), header only ----------------------------------
-  // The call's word is folded in at its start (start_check); inter_host_check() makes the exchange if
-  // it is still to come, and is called before every inter-host MPI call, so the first one of a call is
-  // always the check. It carries no data (the data lies in device memory; the data exchanges follow
-  // it). Hosts of unequal size: the leader publishes a mismatch to the host's CUDA communicator, so
-  // that its other ranks raise mismatch_error from their host waits, or their kernels stop and they
-  // raise it from check() or their next call. Uniform layouts: every rank compares on its own cross
-  // communicator and all reach the same verdict (a host's ranks make the same calls, so every cross
-  // communicator links the same calls), so nothing is published and the group is not aborted: a host
-  // peer told through the group's record could raise from it (check() at a stream wait) before its own
-  // exchange and leave its cross-communicator peers waiting in MPI.
-  void inter_host_check() {
-    if (!check_.pending()) return;
-    check_.exchange(hc_, ctx(), [&](const std::string& m) {
-      if (hc_.layout.uniform) mismatch_everywhere_ = true;
-      else local_.publish_failure(errc::mismatch, m);
-    });
+  // ---- the device stage of detail::hierarchy (hierarchy.hpp) -----------------------------------------
+  // Every stage operation of a call works on the call's stream (stream_), in call order.
+  //
+  // A mismatch found by the call check. Hosts of unequal size: the leader publishes it to the host's
+  // CUDA communicator, so that its other ranks raise mismatch_error from their host waits, or their
+  // kernels stop and they raise it from check() or their next call. Uniform layouts: every rank
+  // compares on its own cross communicator and all reach the same verdict (a host's ranks make the
+  // same calls, so every cross communicator links the same calls), so nothing is published and the
+  // group is not aborted: a host peer told through the group's record could raise from it (check() at
+  // a stream wait) before its own exchange and leave its cross-communicator peers waiting in MPI.
+  void on_mismatch(const std::string& m) {
+    if (hc_.layout.uniform) mismatch_everywhere_ = true;
+    else local_.publish_failure(errc::mismatch, m);
   }
 
   // The host waits for `stream`, then raises what a kernel of the host's group recorded, if anything.
@@ -373,54 +373,92 @@ private:
     BRAID_CUDA_CHECK(cudaStreamSynchronize(stream));
     local_.check();
   }
-  void sync_event(cudaEvent_t e) {
-    BRAID_CUDA_CHECK(cudaEventSynchronize(e));
-    local_.check();
-  }
+  void before_mpi() { sync(stream_); }
 
-  template <class T> T* host_staging(std::size_t count) {
+  // Memory: scratch in device memory (the host's CUDA communicator reads it in place); MPI receives
+  // into and sends from device memory (CUDA-aware MPI) or host memory (pieces in private memory, what
+  // is copied to and from the device in pinned memory). Each is taken once per call, before the call
+  // enqueues work that uses it (a larger size reallocates).
+  template <class T> T* scratch(std::size_t count) { return scratch_.get<T>(count, done_.h); }
+  template <class T> T* pieces(std::size_t count) {
+    if (direct_) return pieces_dev_.get<T>(count, done_.h);
     if (staging_.size() * sizeof(std::uint64_t) < count * sizeof(T)) staging_.resize((count * sizeof(T) + 7) / 8);
     return reinterpret_cast<T*>(staging_.data());
   }
+  template <class T> T* space(std::size_t count) { return direct_ ? space_dev_.get<T>(count, done_.h) : pinned_.get<T>(count, done_.h); }
+  bool mpi_in_place() const { return direct_; }
+  bool mpi_on_host() const { return !direct_; }
 
-  template <class T> void d2d(T* dst, const T* src, std::size_t n, cudaStream_t st) {
-    if (n && dst != src) BRAID_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, st));
+  template <class T> void copy(T* dst, const T* src, std::size_t n) {
+    if (n && dst != src) BRAID_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, stream_));
   }
-  template <class T> void d2h(T* dst, const T* src, std::size_t n, cudaStream_t st) {
-    if (!n) return;
-    BRAID_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToHost, st));
-    stats_.staged_bytes += n * sizeof(T);
-  }
-  template <class T> void h2d(T* dst, const T* src, std::size_t n, cudaStream_t st) {
-    if (!n) return;
-    BRAID_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyHostToDevice, st));
-    stats_.staged_bytes += n * sizeof(T);
+  template <class T> void zero(T* dst, std::size_t n) {
+    if (n) BRAID_CUDA_CHECK(cudaMemsetAsync(dst, 0, n * sizeof(T), stream_));
   }
   // rows x width elements between pitched layouts (pitches in elements).
-  template <class T> void d2d_2d(T* dst, std::size_t dpitch, const T* src, std::size_t spitch, std::size_t width, std::size_t rows, cudaStream_t st) {
+  template <class T> void copy_rows(T* dst, std::size_t dpitch, const T* src, std::size_t spitch, std::size_t width, std::size_t rows) {
     if (!width || !rows) return;
     if (std::max(dpitch, spitch) * sizeof(T) > max_pitch_) {
-      for (std::size_t i = 0; i < rows; ++i) d2d(dst + i * dpitch, src + i * spitch, width, st);
+      for (std::size_t i = 0; i < rows; ++i) copy(dst + i * dpitch, src + i * spitch, width);
       return;
     }
-    BRAID_CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch * sizeof(T), src, spitch * sizeof(T), width * sizeof(T), rows, cudaMemcpyDeviceToDevice, st));
+    BRAID_CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch * sizeof(T), src, spitch * sizeof(T), width * sizeof(T), rows, cudaMemcpyDeviceToDevice, stream_));
+  }
+  // Between the device and MPI's memory: nothing in place, else pinned copies (counted in stats).
+  template <class T> void to_mpi(T* dst, const T* src, std::size_t n) {
+    if (!n || dst == src) return;
+    if (direct_) return copy(dst, src, n);
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToHost, stream_));
+    stats_.staged_bytes += n * sizeof(T);
+  }
+  template <class T> void from_mpi(T* dst, const T* src, std::size_t n) {
+    if (!n || dst == src) return;
+    if (direct_) return copy(dst, src, n);
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyHostToDevice, stream_));
+    stats_.staged_bytes += n * sizeof(T);
+  }
+  // A copy into device memory MPI works on (the call check's own route, or bytes a host-memory peer
+  // sent inline), done when it returns: MPI and the reduction read it next.
+  void copy_mpi(void* dst, const void* src, std::size_t bytes) {
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, side_.h));
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(side_.h));
   }
 
-  template <class T, class Op> void reduce_pieces(const T* pieces, int H, std::size_t m, T* dst, const Op& op);
+  template <class T, class Op> void local_all_reduce(const T* in, T* out, std::size_t n, const Op& op) { local_.all_reduce(in, out, n, op, stream_); }
+  template <class T, class Op> void local_reduce_scatter(const T* in, T* out, std::size_t n, const Op& op) { local_.reduce_scatter(in, out, n, op, stream_); }
+  template <class T> void local_all_gather(const T* in, T* out, std::size_t n) { local_.all_gather(in, out, n, stream_); }
+  template <class T, class Op> void local_reduce(const T* in, T* out, std::size_t n, int root, const Op& op) { local_.reduce(in, out, n, root, op, stream_); }
+  template <class T> void local_broadcast(const T* in, T* out, std::size_t n, int root) { local_.broadcast(in, out, n, root, stream_); }
 
-  template <class T, class Op> void cross_all_reduce(T* data, std::size_t n, MPI_Comm comm, int H, int me, const Op& op);
+  // dst[i] = finalize(op(piece_0[i], ..., piece_{H-1}[i])) in device memory: process_communicator's
+  // reduce kernel on the side stream, pieces in order in the accumulator type (the CPU loop's order).
+  template <class T, class Op> void reduce_pieces_device(const T* pieces, int H, std::size_t m, T* dst, const Op& op) {
+    cuda::ipc_detail::sources<T> src{};
+    for (int j = 0; j < H; ++j) src.p[j] = pieces + static_cast<std::size_t>(j) * m;
+    const unsigned threads = 256;
+    const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>(64, (m + threads - 1) / threads));
+    const cuda::ipc_detail::u64 m64 = m; // the kernel's parameter type (a cast would be useless where it is size_t)
+    BRAID_CUDA_CHECK(gpu::launch(&cuda::ipc_detail::reduce_kernel<T, Op>, blocks, threads, 0, side_.h, src, H, dst,
+                                 static_cast<T*>(nullptr), m64, op, true, hc_.layout.size));
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(side_.h));
+  }
 
-  template <class T, class Op> void cross_all_reduce_device(T* data, std::size_t n, cudaStream_t stream, const Op& op);
-
-  template <class T, class Op> void do_all_reduce(const T* in, T* out, std::size_t count, const Op& op, cudaStream_t stream);
-
-  template <class T, class Op> void do_reduce_scatter(const T* in, T* out, std::size_t rc, const Op& op, cudaStream_t stream);
-
-  template <class T> void do_all_gather(const T* in, T* out, std::size_t sc, cudaStream_t stream);
-
-  template <class T> void cross_broadcast(T* data, std::size_t count, int root, cudaStream_t stream);
-
-  template <class T> void do_broadcast(const T* in, T* out, std::size_t count, int root, cudaStream_t stream);
+  // The all_reduce pipeline: chunks of chunk_bytes of the slice, `pipeline_depth` in flight. While MPI
+  // carries chunk k, the GPU runs the intra-host reduce_scatter of chunk k+1 (and its copy to the
+  // host), on the host communicator's device path, whose calls return at once.
+  static constexpr std::size_t pipeline_depth = 2;
+  template <class T> std::size_t chunk_elements(std::size_t) const { return chunk_bytes_ / sizeof(T); }
+  void mark(std::size_t k) { BRAID_CUDA_CHECK(cudaEventRecord(events_[k % pipeline_depth].h, stream_)); }
+  void wait_mark(std::size_t k, std::size_t enqueued) {
+    BRAID_CUDA_CHECK(cudaEventSynchronize(events_[k % pipeline_depth].h));
+    local_.check();
+    if (enqueued > k + 1) {
+      ++stats_.ahead; // a later chunk's GPU work is queued beside this MPI step
+      if (cudaEventQuery(events_[(k + 1) % pipeline_depth].h) == cudaErrorNotReady) ++stats_.gpu_busy;
+      (void)cudaGetLastError();
+    }
+    ++stats_.chunks;
+  }
 
   cuda::process_communicator local_;
   int device_ = 0;
@@ -428,15 +466,14 @@ private:
   bool direct_ = false;
   std::size_t chunk_bytes_ = 0;
   bool mismatch_everywhere_ = false; // a uniform layout's check failed: every rank raises it itself
-  cuda_mpi_detail::device_scratch scratch_, pieces_dev_, sink_;
+  cudaStream_t stream_ = nullptr; // the stream of the call in progress
+  cuda_mpi_detail::device_scratch scratch_, pieces_dev_, space_dev_, sink_;
   cuda_mpi_detail::pinned_memory pinned_;
   std::vector<std::uint64_t> staging_;
-  std::array<cuda_mpi_detail::owned_event, 2> events_;
+  std::array<cuda_mpi_detail::owned_event, pipeline_depth> events_;
   cuda_mpi_detail::owned_event done_;
   cuda_mpi_detail::owned_stream side_;
   stats_t stats_;
 };
 
 } // namespace braid::mpi
-
-#include "cuda_stages.cuh" // the members declared above that move data between hosts
