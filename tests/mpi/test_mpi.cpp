@@ -19,7 +19,8 @@
 // Built a second time as test_mpi_cuda (BRAID_TEST_MPI_CUDA, on braid's emulated CUDA device): every
 // check then runs on braid::mpi::cuda_communicator through device_comm below, which copies each call's
 // arguments to device memory and the output back; a few more checks (cuda_checks) compare its bits
-// with braid::mpi::communicator's on the same random floats and count the all_reduce pipeline's chunks.
+// with braid::mpi::communicator's on the same random floats and count the all_reduce pipeline's chunks;
+// check_rounds counts its MPI calls as the host build's.
 #include <braid/mpi.hpp>
 #ifdef BRAID_TEST_MPI_CUDA
 #include <braid/mpi/cuda.cuh>
@@ -112,6 +113,7 @@ public:
   int hosts() const { return c_.hosts(); }
   int host() const { return c_.host(); }
   int local_size() const { return c_.local_size(); }
+  int local_rank() const { return c_.local_rank(); }
   bool uniform() const { return c_.uniform(); }
   const braid::mpi::host_layout& layout() const { return c_.layout(); }
 
@@ -524,7 +526,6 @@ void check_mismatch(const std::string& kind) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-#ifndef BRAID_TEST_MPI_CUDA
 // --- rounds per call: the MPI calls braid::mpi makes, counted through MPI's profiling interface ---
 // (this executable's MPI_* definitions replace Open MPI's weak ones and forward to PMPI_*). Blocks
 // of the call check count whether sent by MPI_Isend or MPI_Sendrecv (two hosts).
@@ -578,62 +579,100 @@ int MPI_Barrier(MPI_Comm c) {
 }
 
 namespace {
-// Every call's inter-host step is one round: each rank of the inter-host stage sends H - 1 blocks
-// (the call check), a data message beside a block only where the data exceeds the block's 208 bytes,
-// and no MPI collective, except two-shot all_reduce's MPI_Allgatherv (slices above 1 KiB; up to it
-// the slice goes whole to every host in the one round) and MPI_Bcast for a broadcast too
-// large to send from the root's host to every other (3 hosts, 800 KB here) or on hosts of unequal size.
-// Before the data rode in the check (2026-11-28), every call above 208 bytes made an MPI_Allgather
-// and then its data collective: this test fails there. Results are checked too (the 800 KB broadcast
-// is the only call here whose path no other check takes).
-void check_rounds(braid::mpi::communicator& c) {
+// Every call's inter-host step is one round per chunk: each rank of the inter-host stage sends H - 1
+// blocks (the call check), a data message beside a block where the data does not ride in it (above
+// its 208 bytes, or always where MPI works on device memory), and no MPI collective, except two-shot
+// all_reduce's MPI_Allgatherv (slices above 1 KiB; up to it the slice goes whole to every host in the
+// one round) and MPI_Bcast for a broadcast too large to send from the root's host to every other
+// (3 hosts, 800 KB here) or on hosts of unequal size. Only cuda_communicator's all_reduce makes
+// several chunks (its pipeline, chunk_floats of the slice; the host communicator's is the whole
+// slice): a round per chunk, nothing more. A version whose call check is a round of its own before
+// the data (an MPI_Allgather, or header-only blocks on the device path) fails here. Results are
+// checked too (the 800 KB broadcast is the only call here whose path no other check takes).
+struct expected {
+  long blocks = 0, data = 0, collectives = 0;
+};
+void check_rounds(comm_type& c, std::size_t chunk_floats, bool device_memory) {
   const long H = c.hosts(), N = c.size();
-  const bool part = H > 1 && (c.uniform() || c.local_rank() == 0);
-  const long B = part ? H - 1 : 0;
+  const bool u = c.uniform();
+  const bool part = H > 1 && (u || c.local_rank() == 0);
   const int root_local = 0; // rank 0's local rank (rank 0 is local rank 0 of host 0 in every layout)
-  auto expect = [&](const char* what, auto&& f, long data, long coll) {
+  // Data messages for `bytes` to one other member: none where they ride in the block.
+  auto beside = [&](std::size_t bytes) -> long {
+    return bytes && (device_memory || bytes > braid::mpi::detail::call_check::inline_bytes) ? 1 : 0;
+  };
+  // One exchange sending `bytes` to every other member.
+  auto round = [&](std::size_t bytes) { return expected{H - 1, (H - 1) * beside(bytes), 0}; };
+  auto all_reduce_step = [&](std::size_t count) {
+    expected e;
+    const std::size_t n = u ? static_cast<std::size_t>(c.local_size()) : 1, s = (count + n - 1) / n, w0 = u ? std::min(s, chunk_floats) : s;
+    for (std::size_t o = 0; o < s; o += w0) {
+      const std::size_t w = std::min(w0, s - o);
+      e.blocks += H - 1;
+      if (w * sizeof(float) <= 1024) {
+        e.data += (H - 1) * beside(w * sizeof(float));
+        continue;
+      }
+      const auto p = braid::mpi::detail::split_pieces(w, static_cast<int>(H));
+      for (long j = 0; j < H; ++j)
+        if (j != c.host()) e.data += beside(static_cast<std::size_t>(p.cnt[static_cast<std::size_t>(j)]) * sizeof(float));
+      e.collectives += 1;
+    }
+    return e;
+  };
+  auto expect = [&](const char* what, auto&& f, expected want) {
     MPI_Barrier(MPI_COMM_WORLD);
     counted = {};
     counting = true;
     f();
     counting = false;
-    const long want_data = part ? data : 0, want_coll = part ? coll : 0;
-    if (counted.blocks != B || counted.data != want_data || counted.collectives != want_coll)
+    if (!part) want = {};
+    if (counted.blocks != want.blocks || counted.data != want.data || counted.collectives != want.collectives)
       fail(std::string("rounds: ") + what + " on rank " + std::to_string(world_rank) + ": " + std::to_string(counted.blocks) + " blocks, " +
-           std::to_string(counted.data) + " data messages, " + std::to_string(counted.collectives) + " MPI collectives (want " + std::to_string(B) +
-           ", " + std::to_string(want_data) + ", " + std::to_string(want_coll) + ")");
+           std::to_string(counted.data) + " data messages, " + std::to_string(counted.collectives) + " MPI collectives (want " +
+           std::to_string(want.blocks) + ", " + std::to_string(want.data) + ", " + std::to_string(want.collectives) + ")");
   };
-  const bool u = c.uniform();
   std::vector<float> x(200000, 1.0f), y(200000 * static_cast<std::size_t>(N));
-  expect("all_reduce of 8 floats", [&] { c.all_reduce(x.data(), y.data(), 8); }, 0, 0);
-  expect("all_reduce of 200 floats", [&] { c.all_reduce(x.data(), y.data(), 200); }, H - 1, 0); // one round, beside the blocks
-  expect("all_reduce of 20000 floats", [&] { c.all_reduce(x.data(), y.data(), 20000); }, H - 1, 1);
+  for (std::size_t count : {8, 200, 20000}) {
+    const std::string what = "all_reduce of " + std::to_string(count) + " floats";
+    expect(what.c_str(), [&] { c.all_reduce(x.data(), y.data(), count); }, all_reduce_step(count));
+  }
+  if (!device_memory && chunk_floats >= 20000) { // the host communicator's counts, written out
+    expect("all_reduce of 8 floats (in the blocks)", [&] { c.all_reduce(x.data(), y.data(), 8); }, {H - 1, 0, 0});
+    expect("all_reduce of 200 floats (one round)", [&] { c.all_reduce(x.data(), y.data(), 200); }, {H - 1, H - 1, 0});
+    expect("all_reduce of 20000 floats (two-shot)", [&] { c.all_reduce(x.data(), y.data(), 20000); }, {H - 1, H - 1, 1});
+  }
   for (std::size_t i = 0; i < 20000; ++i)
     if (y[i] != static_cast<float>(N)) {
       fail("rounds: all_reduce of 20000 floats: wrong sum on rank " + std::to_string(world_rank));
       break;
     }
-  expect("reduce_scatter of 8 floats each", [&] { c.reduce_scatter(x.data(), y.data(), 8); }, 0, 0);
-  expect("reduce_scatter of 5000 floats each", [&] { c.reduce_scatter(x.data(), y.data(), 5000); }, H - 1, 0);
-  expect("all_gather of 8 floats each", [&] { c.all_gather(x.data(), y.data(), 8); }, 0, 0);
-  expect("all_gather of 5000 floats each", [&] { c.all_gather(x.data(), y.data(), 5000); }, H - 1, 0);
-  expect("broadcast of 8 floats", [&] { c.broadcast(x.data(), y.data(), 8, 0); }, 0, u ? 0 : 1);
+  // reduce_scatter and all_gather: rc floats to each host (uneven hosts: a host's blocks, one or two
+  // ranks' worth; on the same side of the block's 208 bytes at 8 and at 5000 floats).
+  expect("reduce_scatter of 8 floats each", [&] { c.reduce_scatter(x.data(), y.data(), 8); }, round(8 * sizeof(float)));
+  expect("reduce_scatter of 5000 floats each", [&] { c.reduce_scatter(x.data(), y.data(), 5000); }, round(5000 * sizeof(float)));
+  expect("all_gather of 8 floats each", [&] { c.all_gather(x.data(), y.data(), 8); }, round(8 * sizeof(float)));
+  expect("all_gather of 5000 floats each", [&] { c.all_gather(x.data(), y.data(), 5000); }, round(5000 * sizeof(float)));
   const bool sender = u && c.host() == 0 && c.local_rank() == root_local;
-  expect("broadcast of 5000 floats", [&] { c.broadcast(x.data(), y.data(), 5000, 0); }, sender ? H - 1 : 0, u ? 0 : 1);
-  const bool rides = H == 2;
-  const bool carrier = c.local_rank() == root_local;
+  const expected quiet{H - 1, 0, u ? 0 : 1}; // the check alone (plus the leaders' MPI_Bcast)
+  auto bcast = [&](std::size_t bytes, bool rides) {
+    expected e = quiet;
+    if (sender && rides) e.data = (H - 1) * beside(bytes);
+    if (u && c.local_rank() == root_local && !rides) e.collectives = 1;
+    return e;
+  };
+  expect("broadcast of 8 floats", [&] { c.broadcast(x.data(), y.data(), 8, 0); }, bcast(8 * sizeof(float), true));
+  expect("broadcast of 5000 floats", [&] { c.broadcast(x.data(), y.data(), 5000, 0); }, bcast(5000 * sizeof(float), true));
   for (std::size_t i = 0; i < 200000; ++i) x[i] = static_cast<float>(i % 1000) + (world_rank == 0 ? 0.5f : 0.0f);
-  expect("broadcast of 200000 floats", [&] { c.broadcast(x.data(), y.data(), 200000, 0); }, sender && rides ? H - 1 : 0,
-         !u || (carrier && !rides) ? 1 : 0);
+  expect("broadcast of 200000 floats", [&] { c.broadcast(x.data(), y.data(), 200000, 0); }, bcast(200000 * sizeof(float), H == 2));
   for (std::size_t i = 0; i < 200000; ++i)
     if (y[i] != static_cast<float>(i % 1000) + 0.5f) {
       fail("rounds: broadcast of 200000 floats: wrong value on rank " + std::to_string(world_rank));
       break;
     }
-  expect("barrier", [&] { c.barrier(); }, 0, 0);
+  expect("barrier", [&] { c.barrier(); }, expected{H - 1, 0, 0});
   if (world_rank == 0) std::printf("rounds per call: as documented (%ld hosts)\n", H);
 }
-#endif
 
 extern "C" void on_watchdog(int) {
   const char m[] = "test_mpi: watchdog: a rank is still inside a call (hang)\n";
@@ -811,8 +850,10 @@ int main(int argc, char** argv) {
       check_type<std::int32_t>(c, small);
       check_type<braid::bfloat16>(c, small);
       check_reductions<float, braid::sum<>>(c, braid::op_kind::sum, large); // large, odd
-#ifndef BRAID_TEST_MPI_CUDA
-      check_rounds(c);
+#ifdef BRAID_TEST_MPI_CUDA
+      check_rounds(c, chunk_bytes / sizeof(float), c.get().mpi_on_device());
+#else
+      check_rounds(c, SIZE_MAX, false);
 #endif
 #ifdef BRAID_TEST_MPI_CUDA
       if (!quick) fail("test_mpi_cuda runs --quick only (the other types are not compiled into it, to keep its build short)");
