@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc && ok; ++i) {
     const std::string a = argv[i];
     const bool next = i + 1 < argc;
-    braid::collective c;
+    braid::collective c = braid::collective::all_reduce;
     if (a == "all") colls = {braid::collective::all_reduce, braid::collective::all_gather, braid::collective::reduce_scatter, braid::collective::broadcast};
     else if (a == "all_reduce" || a == "all_gather" || a == "reduce_scatter" || a == "broadcast") {
       for (braid::collective k : {braid::collective::all_reduce, braid::collective::all_gather, braid::collective::reduce_scatter, braid::collective::broadcast})
