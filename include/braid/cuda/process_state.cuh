@@ -155,8 +155,12 @@ struct peer_watch {
         if (p.back().revents) return;
         for (std::size_t i = 0; i + 1 < p.size(); ++i)
           if (p[i].revents) {
-            cuda_detail::record_failure({rec, cuda_detail::abort_host_slot},
-                                        cuda_detail::device_error{static_cast<unsigned>(errc::peer_failed), me, ranks[i], cuda_detail::fail_step::peer_died, 0, cuda_detail::call_id{}});
+            // A failure recorded before the peer ended (say the mismatch it found and raised, then
+            // exited) stays the group's error: the record is read host slot first, so a peer_failed
+            // written into the host slot now would hide it from every rank that reads it later.
+            if (!cuda_detail::abort_record(rec))
+              cuda_detail::record_failure({rec, cuda_detail::abort_host_slot},
+                                          cuda_detail::device_error{static_cast<unsigned>(errc::peer_failed), me, ranks[i], cuda_detail::fail_step::peer_died, 0, cuda_detail::call_id{}});
             return;
           }
       }
