@@ -21,6 +21,9 @@ struct comm {
   comm(const comm&) = delete;
   comm& operator=(const comm&) = delete;
   ~comm() {
+    // Close first: a failed communicator's close waits for its last call's stream, which must still
+    // be alive then.
+    pc = braid::cuda::process_communicator{};
     if (stream) {
       cudaStreamSynchronize(stream);
       cudaStreamDestroy(stream);
