@@ -120,6 +120,14 @@ BRAID_HD void record_failure(abort_ref at, const device_error& e) {
   sys_u32(at.ab->flag).store(1u, gpu::memory_order::release);
 }
 
+// Host side, for a failure that follows another (an error's clean-up, a peer seen dead): records `e`
+// in the host slot only while the group holds no failure (the flag is down). The record is read host
+// slot first, so a host record written after a kernel's would hide the first failure from every rank
+// that reads it later.
+inline void record_host_failure_if_first(device_abort* ab, const device_error& e) {
+  if (!abort_raised(ab)) record_failure({ab, abort_host_slot}, e);
+}
+
 // Bounded spin by one thread: waits until *word >= target, or the group is aborted, or timeout_ns
 // passes (then records a timeout, naming `rank`, `peer`, `step` and `call`, and raises the abort
 // flag). Returns false if the kernel must stop. `call` is used only when the wait gives up.

@@ -156,11 +156,9 @@ struct peer_watch {
         for (std::size_t i = 0; i + 1 < p.size(); ++i)
           if (p[i].revents) {
             // A failure recorded before the peer ended (say the mismatch it found and raised, then
-            // exited) stays the group's error: the record is read host slot first, so a peer_failed
-            // written into the host slot now would hide it from every rank that reads it later.
-            if (!cuda_detail::abort_record(rec))
-              cuda_detail::record_failure({rec, cuda_detail::abort_host_slot},
-                                          cuda_detail::device_error{static_cast<unsigned>(errc::peer_failed), me, ranks[i], cuda_detail::fail_step::peer_died, 0, cuda_detail::call_id{}});
+            // exited) stays the group's error.
+            cuda_detail::record_host_failure_if_first(
+                rec, cuda_detail::device_error{static_cast<unsigned>(errc::peer_failed), me, ranks[i], cuda_detail::fail_step::peer_died, 0, cuda_detail::call_id{}});
             return;
           }
       }
@@ -290,10 +288,8 @@ inline void fail_quietly(process_state& s) noexcept {
   if (s.dev && s.dev->abort.rec()) {
     // Every kernel of the group (this rank's and the peers') returns at its next check. A record
     // already there (a kernel's timeout) stays the one check() reports.
-    if (!cuda_detail::abort_raised(s.dev->abort.rec()))
-      cuda_detail::record_failure({s.dev->abort.rec(), cuda_detail::abort_host_slot},
-                                cuda_detail::device_error{static_cast<unsigned>(errc::aborted), s.host.valid() ? s.host.rank() : -1, -1, -1, 0,
-                                                          cuda_detail::call_id{}});
+    cuda_detail::record_host_failure_if_first(s.dev->abort.rec(), cuda_detail::device_error{static_cast<unsigned>(errc::aborted),
+                                                                                            s.host.valid() ? s.host.rank() : -1, -1, -1, 0, cuda_detail::call_id{}});
     (void)drain_launches(*s.dev, s.opts.base.timeout);
   }
   try {

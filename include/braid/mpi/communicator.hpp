@@ -141,7 +141,7 @@ public:
       // uniform layout, the local ranks 0 otherwise) is a round between every pair of them: it is the
       // inter-host barrier.
       start_check<collective::barrier, std::uint8_t, braid::detail::copy_only>(1, 0);
-      if (check_.pending()) check_only();
+      check_only();
       local_.barrier();
     });
   }
@@ -170,7 +170,7 @@ private:
     begin_call(what);
     try {
       f();
-      if (check_.pending()) check_only(); // a checking rank without an exchange: none with these algorithms
+      check_only(); // a checking rank without an exchange: none with these algorithms
     } catch (const std::exception& e) {
       mark_failed(e);
       throw;
@@ -191,12 +191,8 @@ private:
     return reinterpret_cast<T*>(scratch_.data());
   }
   // Private memory for what MPI receives (pieces) and sends (space).
-  template <class T> static T* grow(std::vector<std::uint64_t>& v, std::size_t count) {
-    if (v.size() * sizeof(std::uint64_t) < count * sizeof(T)) v.resize((count * sizeof(T) + 7) / 8);
-    return reinterpret_cast<T*>(v.data());
-  }
-  template <class T> T* pieces(std::size_t count) { return grow<T>(pieces_, count); }
-  template <class T> T* space(std::size_t count) { return grow<T>(space_, count); }
+  template <class T> T* pieces(std::size_t count) { return grow_host<T>(pieces_, count); }
+  template <class T> T* space(std::size_t count) { return grow_host<T>(space_, count); }
   static constexpr bool mpi_in_place() { return true; } // MPI works on host memory: the stage's own
   static constexpr bool mpi_on_host() { return true; }
   template <class T> static void copy(T* dst, const T* src, std::size_t n) {

@@ -307,7 +307,8 @@ public:
       sync(stream);
       local_.barrier(stream);
       // The call check among the ranks that take part in the inter-host stage (every rank of a
-      // uniform layout, the local ranks 0 otherwise) is an all-gather: it is the inter-host barrier.
+      // uniform layout, the local ranks 0 otherwise) is a round between every pair of them: it is the
+      // inter-host barrier.
       start_check<collective::barrier, std::uint8_t, braid::detail::copy_only>(1, 0);
       check_only();
       local_.barrier(stream);
@@ -381,9 +382,7 @@ private:
   // enqueues work that uses it (a larger size reallocates).
   template <class T> T* scratch(std::size_t count) { return scratch_.get<T>(count, done_.h); }
   template <class T> T* pieces(std::size_t count) {
-    if (direct_) return pieces_dev_.get<T>(count, done_.h);
-    if (staging_.size() * sizeof(std::uint64_t) < count * sizeof(T)) staging_.resize((count * sizeof(T) + 7) / 8);
-    return reinterpret_cast<T*>(staging_.data());
+    return direct_ ? pieces_dev_.get<T>(count, done_.h) : grow_host<T>(staging_, count);
   }
   template <class T> T* space(std::size_t count) { return direct_ ? space_dev_.get<T>(count, done_.h) : pinned_.get<T>(count, done_.h); }
   bool mpi_in_place() const { return direct_; }
@@ -417,9 +416,11 @@ private:
     BRAID_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyHostToDevice, stream_));
     stats_.staged_bytes += n * sizeof(T);
   }
-  // A copy into device memory MPI works on (the call check's own route, or bytes a host-memory peer
-  // sent inline), done when it returns: MPI and the reduction read it next.
+  // A copy inside MPI's memory (the call check's own route, or bytes a peer sent inline), done when it
+  // returns: MPI and the reduction read it next. Host memory (pinned copies): memmove; device memory:
+  // a copy on the side stream.
   void copy_mpi(void* dst, const void* src, std::size_t bytes) {
+    if (!direct_) return (void)std::memmove(dst, src, bytes);
     BRAID_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, side_.h));
     BRAID_CUDA_CHECK(cudaStreamSynchronize(side_.h));
   }

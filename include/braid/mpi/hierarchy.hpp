@@ -103,6 +103,13 @@ protected:
   // where there are 2 hosts or (hosts - 1) x its bytes are at most this; otherwise MPI_Bcast follows.
   static constexpr std::size_t fanout_bytes = std::size_t{1} << 20;
 
+  // Private host memory of at least `count` elements of T, grown as needed (what MPI receives into,
+  // or sends from, where that is host memory).
+  template <class T> static T* grow_host(std::vector<std::uint64_t>& v, std::size_t count) {
+    if (v.size() * sizeof(std::uint64_t) < count * sizeof(T)) v.resize((count * sizeof(T) + 7) / 8);
+    return reinterpret_cast<T*>(v.data());
+  }
+
   // The call check without data, if this call's is still to come.
   void check_only() {
     if (check_.pending()) check_.exchange(hc_, ctx(), [&](const std::string& m) { stage().on_mismatch(m); });
@@ -352,12 +359,8 @@ private:
   template <class T> void exchange() {
     Stage& st = stage();
     auto publish = [&](const std::string& m) { st.on_mismatch(m); };
-    if (st.mpi_on_host()) {
-      check_.exchange(std::span<const route>(routes_), type_of(sizeof(T)), sizeof(T), hc_, ctx(), publish);
-      return;
-    }
     auto copy = [&](void* dst, const void* src, std::size_t n) { st.copy_mpi(dst, src, n); };
-    check_.exchange(std::span<const route>(routes_), type_of(sizeof(T)), sizeof(T), hc_, ctx(), publish, false, copy);
+    check_.exchange(std::span<const route>(routes_), type_of(sizeof(T)), sizeof(T), hc_, ctx(), publish, st.mpi_on_host(), copy);
   }
 
   // Across the hosts (the members of the cross communicator, this one is member `host`): data[0, n), in
