@@ -623,7 +623,7 @@ int run_kernel_table(const config& cfg) {
   ok(cudaSetDevice(0), "cudaSetDevice");
   ok(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
   const int iters = std::max(cfg.iters, 1);
-  std::printf("# braid-bench --kernel: reduce-copy loop (cuda/reduce_copy.cuh) vs cudaMemcpyAsync on GPU 0 (%s, %d SMs),\n"
+  std::printf("# braid-bench --kernel: reduce-copy loop (cuda/device/reduce_copy.cuh) vs cudaMemcpyAsync on GPU 0 (%s, %d SMs),\n"
               "# %d timed launches after 3 warm-up, CUDA events; GB/s = (bytes read + written) / time / 1e9\n",
               p.name, p.multiProcessorCount, iters);
   std::printf("# %10s  %8s  %6s  %7s  %9s  %9s  %9s  %7s  %7s\n", "size (B)", "type", "blocks", "threads",

@@ -1,7 +1,7 @@
 // bench/gpu_sync_probe.cu — what one step of braid's collective kernel costs on a real GPU, taken
 // apart. Built as braid-gpu-sync-probe where CUDA is on (nothing to run without a GPU: it is no test);
 // bench/gpu-check.sh runs it. First run: bench/results/h100-2026-11-25/5-sync-probe.txt. Two "ranks" (sides) share one cooperative launch, `blocks` blocks of 512 threads each, as
-// collective_kernel (cuda/executor.cuh) runs ranks of one GPU, and each side takes K steps with the
+// collective_kernel (cuda/device/executor.cuh) runs ranks of one GPU, and each side takes K steps with the
 // executor's own primitives: the block arrival and the last block's system-scope post
 // (arrive_and_post's pattern), and wait_ge on the other side's progress word. Variants:
 //   post only   each side arrives and posts K times, never waits (the cost of arrive + post)
@@ -14,7 +14,7 @@
 //   bar      two more block barriers per step (the executor has four per step)
 //   round    no lockstep: blocks run 32 steps freely, then wait at a round barrier (own side's round
 //            posted by its last block, the other side's round before), as the executor's rounds do
-// Waits are wait_ge with its default abort-flag interval (cuda/device.cuh: 100 us since 2026-11-26; the
+// Waits are wait_ge with its default abort-flag interval (cuda/device/signal.cuh: 100 us since 2026-11-26; the
 // runs of 2026-11-25 and 2026-11-26 were built when every 64 polls read the flag).
 // Printed: microseconds per step (cudaEvent time of the launch / K), median of 5 launches. Built for the
 // emulated device too (braid-gpu-sync-probe-emu, a CTest with BRAID_PROBE_QUICK=1: small grids and few
@@ -26,9 +26,9 @@
 #include <string>
 #include <vector>
 
-#include <braid/cuda/executor.cuh>
+#include <braid/cuda/device/executor.cuh>
 
-using namespace braid::cuda_detail;
+using namespace braid::cuda::device;
 
 namespace {
 
@@ -60,7 +60,7 @@ enum : int { probe_lock = 1, probe_acq = 2, probe_sys = 4, probe_bar = 8, probe_
 constexpr int probe_round_steps = 32;
 
 BRAID_KERNEL_BOUNDED(512) void probe_kernel(probe_args a) {
-  namespace gpu = braid::gpu;
+  namespace gpu = braid::cuda::device;
   BRAID_SHARED int stop;
   BRAID_SHARED u64 peer_words[2];
   const unsigned thread = gpu::thread_index();
@@ -163,7 +163,7 @@ double run(unsigned blocks, int steps, int mode, std::uint64_t copy_bytes, const
     CK(cudaMemset(round_word, 0, 2 * sizeof(u64)));
     CK(cudaMemset(round_arr, 0, nround_arr * sizeof(u64)));
     CK(cudaEventRecord(e0));
-    CK(braid::gpu::launch_cooperative(probe_kernel, 2 * blocks, 512, 0, nullptr, a));
+    CK(braid::cuda::device::launch_cooperative(probe_kernel, 2 * blocks, 512, 0, nullptr, a));
     CK(cudaEventRecord(e1));
     CK(cudaEventSynchronize(e1));
     CK(cudaGetLastError());

@@ -99,7 +99,7 @@ bool emulated();
 // false, `why` says what the runtime answered.
 bool kernels_loadable(std::string& why);
 
-// The reduce-copy loop the collective kernels use (cuda/device.cuh), alone: `nsrc` sources (1: a
+// The reduce-copy loop the collective kernels use (cuda/device/signal.cuh), alone: `nsrc` sources (1: a
 // copy, 2: a sum of two) of `bytes` each into one destination on the current device, `blocks` x
 // `threads`, timed over `iters` launches after a warm-up with CUDA events. Returns seconds per launch;
 // type float32 or bfloat16 (sum in fp32). nsrc 0 times cudaMemcpyAsync of the same bytes instead.

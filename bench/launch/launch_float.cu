@@ -110,9 +110,9 @@ template <class T> struct two_sources {
 template <class T>
 BRAID_KERNEL_BOUNDED(512) void reduce_copy_kernel(const BRAID_GRID_CONSTANT two_sources<T> src, T* out, std::uint64_t count,
                                                   int nsrc) {
-  const std::uint64_t tid = static_cast<std::uint64_t>(gpu::block_index()) * gpu::block_size() + gpu::thread_index();
-  const std::uint64_t nthreads = static_cast<std::uint64_t>(gpu::grid_size()) * gpu::block_size();
-  braid::cuda_detail::reduce_copy<T>(src.p, nsrc, out, static_cast<T*>(nullptr), count, sum<float>{}, true, 1, tid, nthreads);
+  const std::uint64_t tid = static_cast<std::uint64_t>(cuda::device::block_index()) * cuda::device::block_size() + cuda::device::thread_index();
+  const std::uint64_t nthreads = static_cast<std::uint64_t>(cuda::device::grid_size()) * cuda::device::block_size();
+  braid::cuda::device::reduce_copy<T>(src.p, nsrc, out, static_cast<T*>(nullptr), count, sum<float>{}, true, 1, tid, nthreads);
 }
 
 template <class T> double time_typed(int nsrc, std::size_t bytes, int iters, int blocks, int threads) {
@@ -129,7 +129,7 @@ template <class T> double time_typed(int nsrc, std::size_t bytes, int iters, int
   auto once = [&] {
     if (nsrc == 0) BRAID_CUDA_CHECK(cudaMemcpyAsync(o, a, bytes, cudaMemcpyDeviceToDevice, nullptr));
     else
-      BRAID_CUDA_CHECK(gpu::launch(&reduce_copy_kernel<T>, static_cast<unsigned>(blocks), static_cast<unsigned>(threads), 0,
+      BRAID_CUDA_CHECK(cuda::device::launch(&reduce_copy_kernel<T>, static_cast<unsigned>(blocks), static_cast<unsigned>(threads), 0,
                                    nullptr, two_sources<T>{{static_cast<const T*>(a), static_cast<const T*>(b)}},
                                    static_cast<T*>(o), count, nsrc));
   };
@@ -219,7 +219,7 @@ std::size_t copy_only_check(const std::vector<int>& devices, std::size_t count) 
   return wrong;
 }
 
-const char* device_kind() { return gpu::device_kind(); }
+const char* device_kind() { return cuda::device::device_kind(); }
 #if defined(BRAID_CUDA_EMULATED_RUNTIME)
 bool emulated() { return true; }
 #else
@@ -229,7 +229,7 @@ bool emulated() { return false; }
 bool kernels_loadable(std::string& why) {
   cudaFuncAttributes attr{};
   const cudaError_t e =
-      cudaFuncGetAttributes(&attr, braid::cuda_detail::collective_kernel<schedule::one_shot, float, sum<>>);
+      cudaFuncGetAttributes(&attr, braid::cuda::device::collective_kernel<schedule::one_shot, float, sum<>>);
   if (e == cudaSuccess) return true;
   (void)cudaGetLastError();
   why = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);

@@ -142,12 +142,12 @@ namespace {
 
 // Compute-bound: `iters` dependent FMAs per thread, no memory traffic but one store.
 BRAID_KERNEL void fma_kernel(float* out, int iters) {
-  float a = 1.0f + static_cast<float>(gpu::thread_index()) * 1e-7f, b = 0.999999f, c = 1e-7f;
+  float a = 1.0f + static_cast<float>(cuda::device::thread_index()) * 1e-7f, b = 0.999999f, c = 1e-7f;
   for (int i = 0; i < iters; ++i) {
     a = fmaf(a, b, c);
     b = fmaf(b, a, -c);
   }
-  if (a == 12345.0f) out[gpu::block_index()] = b; // practically never: keeps the loop alive
+  if (a == 12345.0f) out[cuda::device::block_index()] = b; // practically never: keeps the loop alive
 }
 
 double time_kernel(cudaStream_t s, float* sink, int blocks, int iters) {
@@ -155,7 +155,7 @@ double time_kernel(cudaStream_t s, float* sink, int blocks, int iters) {
   BRAID_CUDA_CHECK(cudaEventCreate(&a));
   BRAID_CUDA_CHECK(cudaEventCreate(&b));
   BRAID_CUDA_CHECK(cudaEventRecord(a, s));
-  BRAID_CUDA_CHECK(gpu::launch(&fma_kernel, static_cast<unsigned>(blocks), 256u, 0, s, sink, iters));
+  BRAID_CUDA_CHECK(cuda::device::launch(&fma_kernel, static_cast<unsigned>(blocks), 256u, 0, s, sink, iters));
   BRAID_CUDA_CHECK(cudaEventRecord(b, s));
   BRAID_CUDA_CHECK(cudaEventSynchronize(b));
   float ms = 0;
@@ -313,7 +313,7 @@ struct float_pair {
     BRAID_CUDA_CHECK(cudaMalloc(&in, bytes));
     if (const cudaError_t e = cudaMalloc(&out, bytes); e != cudaSuccess) {
       cudaFree(in);
-      cuda_detail::raise_cuda(e, "cudaMalloc", __FILE__, __LINE__);
+      cuda::detail::raise_cuda(e, "cudaMalloc", __FILE__, __LINE__);
     }
     BRAID_CUDA_CHECK(cudaMemset(in, 0, bytes));
     BRAID_CUDA_CHECK(cudaDeviceSynchronize());

@@ -253,10 +253,10 @@ struct blas_handle {
 // so a constructor that fails partway leaks nothing; the destructor first lets both streams finish
 // (the pinned buffers may still be read by an upload).
 struct cuda_rank_resources {
-  braid::cuda_detail::owned_stream compute, comm;
+  braid::cuda::detail::owned_stream compute, comm;
   blas_handle blas;
-  braid::cuda_detail::owned_event uploaded;
-  braid::cuda_detail::grow_only<braid::cuda_detail::memory_kind::pinned> x_mem, l_mem;
+  braid::cuda::detail::owned_event uploaded;
+  braid::cuda::detail::grow_only<braid::cuda::detail::memory_kind::pinned> x_mem, l_mem;
   float* pinned_x = nullptr;
   std::int32_t* pinned_l = nullptr;
   cuda_rank_resources(std::int64_t images, std::int64_t pixels) {

@@ -121,7 +121,7 @@ config parse(int argc, char** argv) {
 #if BRAID_PIPELINE_CUDA
 // One stage's CUDA resources: a stream and a cuBLAS handle on the current device.
 struct cuda_stage_resources {
-  braid::cuda_detail::owned_stream stream;
+  braid::cuda::detail::owned_stream stream;
   cublasHandle_t blas = nullptr;
   cuda_stage_resources() {
     BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&stream.h, cudaStreamNonBlocking));

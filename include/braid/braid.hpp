@@ -5,7 +5,7 @@
 #include "launch/env.hpp"
 #include "launch/fork.hpp"
 #include "launch/threads.hpp"
-#include "bootstrap/unique_id.hpp"
+#include "host/rendezvous/unique_id.hpp"
 #include "comm/communicator.hpp"
 #include "comm/options.hpp"
 #include "comm/tuning.hpp"

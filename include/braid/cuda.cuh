@@ -4,5 +4,5 @@
 #pragma once
 
 #include "braid.hpp"
-#include "cuda/communicator.cuh"
-#include "cuda/process.cuh"
+#include "cuda/group/communicator.cuh"
+#include "cuda/process/communicator.cuh"

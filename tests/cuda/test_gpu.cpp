@@ -34,7 +34,7 @@
 
 #include <braid/cuda/runtime.cuh>
 #ifdef BRAID_TEST_PROGRESS_POST_HOOK
-#include <braid/cuda/device.cuh>
+#include <braid/cuda/device/signal.cuh>
 #endif
 
 #include <algorithm>
@@ -1528,7 +1528,7 @@ int main(int argc, char** argv) {
 #ifdef BRAID_TEST_PROGRESS_POST_HOOK
   // The mutation test (ThreadSanitizer build; tests/cuda/CMakeLists.txt): the progress post relaxed.
   if (const char* m = std::getenv("BRAID_TEST_PROGRESS_POST_RELAXED"); m && m[0] == '1') {
-    braid::cuda_detail::test_progress_post_relaxed = true;
+    braid::cuda::device::test_progress_post_relaxed = true;
     std::printf("test_gpu: the progress post is weakened to relaxed (BRAID_TEST_PROGRESS_POST_RELAXED=1)\n");
   }
 #endif

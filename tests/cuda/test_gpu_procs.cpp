@@ -41,7 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <braid/cuda/process_host_layout.hpp>
+#include <braid/cuda/process/host_layout.hpp>
 
 #include "comm/orders_rule.hpp"
 #include "comm/sweep.hpp"
@@ -650,7 +650,7 @@ TEST_CASE("host path: rounds staged ahead, host round trips per call, a long wai
     };
     // all_reduce of 40000 floats.
     {
-      const auto L = braid::cuda::ipc_detail::fit_host_half<braid::schedule::two_shot, float>(collective::all_reduce, n, half);
+      const auto L = braid::cuda::process::fit_host_half<braid::schedule::two_shot, float>(collective::all_reduce, n, half);
       const std::uint64_t R = (count + L.per - 1) / L.per;
       if (R < 4) return 2; // the case must take several rounds
       const gp::stats a = gp::stats_of(*c);
@@ -665,7 +665,7 @@ TEST_CASE("host path: rounds staged ahead, host round trips per call, a long wai
       gp::to_device(in, h.data(), h.size() * sizeof(float));
       braid::gpu_launch::call call = float_all_reduce(in, out, count);
       call.coll = collective::reduce_scatter;
-      const auto L = braid::cuda::ipc_detail::fit_host_half<braid::schedule::direct, float>(collective::reduce_scatter, n, half);
+      const auto L = braid::cuda::process::fit_host_half<braid::schedule::direct, float>(collective::reduce_scatter, n, half);
       const std::uint64_t R = (count + L.per - 1) / L.per;
       if (R < 4) return 5;
       const gp::stats a = gp::stats_of(*c);
@@ -721,7 +721,7 @@ TEST_CASE("host path: rounds staged ahead, host round trips per call, a long wai
                                                          static_cast<std::uint32_t>(r), braid::schedule::chunk_unit<float>())
                                    .count;
     const int sms = gp::multiprocessors(*c);
-    const std::uint64_t want = braid::cuda::ipc_detail::reduce_grid(mine, sizeof(float), 0, sms, 512);
+    const std::uint64_t want = braid::cuda::process::reduce_grid(mine, sizeof(float), 0, sms, 512);
     const std::uint64_t got = gp::stats_of(*c).reduce_grid;
     std::printf("rank %d: host path all_reduce of %zu floats: reduce grid %llu (expected %llu) on a device of %d SMs\n", r, m,
                 static_cast<unsigned long long>(got), static_cast<unsigned long long>(want), sms);

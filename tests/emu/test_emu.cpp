@@ -8,8 +8,8 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
-#include <braid/cuda/device.cuh>
-#include <braid/cuda/kernel.cuh>
+#include <braid/cuda/device/signal.cuh>
+#include <braid/cuda/device/kernel.cuh>
 #include <braid/cuda/runtime.cuh>
 
 #include <atomic>
@@ -30,8 +30,8 @@ namespace {
 
 using namespace std::chrono_literals;
 using u64 = unsigned long long;
-namespace cd = braid::cuda_detail;
-namespace gpu = braid::gpu;
+namespace cd = braid::cuda::device;
+namespace gpu = braid::cuda::device;
 
 #define EMU_OK(expr) REQUIRE_EQ((expr), cudaSuccess)
 

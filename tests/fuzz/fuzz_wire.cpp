@@ -9,9 +9,9 @@
 //
 // Input layout: byte 0 picks the target, the rest is its input. Build: clang++ -fsanitize=fuzzer,...
 // (tests/CMakeLists.txt does it where clang with libFuzzer is present).
-#include <braid/bootstrap/rendezvous.hpp>
-#include <braid/bootstrap/unique_id.hpp>
-#include <braid/bootstrap/wire.hpp>
+#include <braid/host/rendezvous/rendezvous.hpp>
+#include <braid/host/rendezvous/unique_id.hpp>
+#include <braid/host/rendezvous/wire.hpp>
 #include <braid/comm/options.hpp>
 
 #include <cstddef>

@@ -1,11 +1,11 @@
 // tests/schedule/test_process_host_layout.cpp — what the cross-process CUDA communicator's host path
-// replays a schedule with (braid/cuda/process_host_layout.hpp), checked on the CPU: a round's staging
+// replays a schedule with (braid/cuda/process/host_layout.hpp), checked on the CPU: a round's staging
 // half fits, its regions and scratch do not overlap and hold every chunk; the levels put every step
 // after the peer steps it reads, in each rank's own order, with the depths the schedules imply; and
 // the reduce kernel's grid.
 #include <doctest/doctest.h>
 
-#include <braid/cuda/process_host_layout.hpp>
+#include <braid/cuda/process/host_layout.hpp>
 #include <braid/schedule/schedule.hpp>
 
 #include <cstdint>
@@ -16,7 +16,7 @@ namespace {
 
 using braid::algo;
 using braid::collective;
-using namespace braid::cuda::ipc_detail;
+using namespace braid::cuda::process;
 namespace sch = braid::schedule;
 
 constexpr collective all_colls[] = {collective::all_reduce, collective::reduce_scatter, collective::all_gather,

@@ -38,11 +38,11 @@ import tempfile
 import time
 
 # Kernels checked: demangled name prefixes.
-KERNELS = re.compile(r"(braid::cuda_detail::collective_kernel|braid::cuda::ipc_detail::reduce_kernel|"
+KERNELS = re.compile(r"(braid::cuda::device::collective_kernel|braid::cuda::process::reduce_kernel|"
                      r"braid::gpu_launch::(\(anonymous namespace\)::)?reduce_copy_kernel)<")
 
 # 16-byte loads per source that reduce_copy issues before it uses one: reduce_copy_unroll<T, Op> in
-# include/braid/cuda/reduce_copy.cuh, by element type. Types summed in a wider accumulator (float)
+# include/braid/cuda/device/reduce_copy.cuh, by element type. Types summed in a wider accumulator (float)
 # unroll less, because the accumulators take more registers. Edit both together.
 UNROLL = {"braid::half": 4, "braid::bfloat16": 4, "braid::fp8_e4m3": 2, "braid::fp8_e5m2": 2}
 UNROLL_DEFAULT = 8
@@ -51,7 +51,7 @@ UNROLL_CAP = {"collective_kernel": 4}
 
 # The synchronisation the kernels are meant to contain, as PTX instructions: (kernels regex, "require"
 # or "forbid", alternatives (each a set of '.'-separated opcode parts that must all appear), why).
-# Edit this table when the synchronisation changes (include/braid/cuda/device.cuh, executor.cuh).
+# Edit this table when the synchronisation changes (include/braid/cuda/device/signal.cuh, executor.cuh).
 PTX_RULES = [
     ("collective_kernel", "require", [{"atom", "max", "release", "sys"}],
      "progress post: post_max_release, fetch_max with release at system scope"),
@@ -129,7 +129,7 @@ def element_type(demangled):
 
 def short_name(demangled):
     s = demangled.replace("(anonymous namespace)", "{anon}").split("(")[0].replace("{anon}", "(anonymous namespace)")
-    for p in ("braid::cuda_detail::", "braid::cuda::ipc_detail::", "braid::gpu_launch::(anonymous namespace)::",
+    for p in ("braid::cuda::device::", "braid::cuda::process::", "braid::gpu_launch::(anonymous namespace)::",
               "braid::gpu_launch::", "braid::schedule::", "braid::detail::", "braid::"):
         s = s.replace(p, "")
     return s.replace(" >", ">")

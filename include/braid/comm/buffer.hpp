@@ -8,8 +8,8 @@
 #include <span>
 #include <utility>
 
-#include "../transport/host/memory.hpp"
-#include "../transport/host/registry.hpp"
+#include "../host/memory.hpp"
+#include "../host/registry.hpp"
 
 namespace braid {
 

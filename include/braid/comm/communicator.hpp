@@ -37,18 +37,18 @@
 
 #include <poll.h>
 
-#include "../bootstrap/rendezvous.hpp"
-#include "../bootstrap/unique_id.hpp"
+#include "../host/rendezvous/rendezvous.hpp"
+#include "../host/rendezvous/unique_id.hpp"
 #include "../core/error.hpp"
 #include "../core/ops.hpp"
 #include "../core/types.hpp"
 #include "../schedule/schedule.hpp"
-#include "../transport/host/context.hpp"
-#include "../transport/host/executor.hpp"
-#include "../transport/host/memory.hpp"
-#include "../transport/host/p2p.hpp"
-#include "../transport/host/registry.hpp"
-#include "../transport/host/segment.hpp"
+#include "../host/context.hpp"
+#include "../host/executor.hpp"
+#include "../host/memory.hpp"
+#include "../host/p2p.hpp"
+#include "../host/registry.hpp"
+#include "../host/segment.hpp"
 #include "buffer.hpp"
 #include "fingerprint.hpp"
 #include "options.hpp"
@@ -165,7 +165,7 @@ public:
     impl& p = enter(g.p, "barrier");
     guarded(p, [&] {
       if (p.cx.nranks == 1) return;
-      const detail::call_description fp = detail::describe_barrier(++p.collectives);
+      const detail::call_description fp = detail::describe(detail::barrier_record(++p.collectives));
       if (p.opts.debug) detail::check_fingerprint(p, fp);
       p.cx.begin_rounds(fp);
       host::run_barrier(p.cx);
@@ -371,48 +371,47 @@ private:
     impl& p = enter(g.p, std::string_view(name(c)).data());
     const int n = p.cx.nranks, r = p.cx.rank;
     // ---- validation: nothing is touched before all of it passed ----
-    const detail::call_shape sh = detail::validate_call<c, T>(in, out, count, root, n, r, co.algorithm, p.cx.ctx);
-    const bool reads_in = sh.reads_in, writes_out = sh.writes_out, in_place = sh.in_place;
-    const std::size_t in_n = sh.in_n, out_n = sh.out_n;
+    detail::call_record k = detail::validate_call<c, T, Op>(in, out, count, root, n, r, co.algorithm, p.cx.ctx);
     if (count == 0) return; // not counted, synchronises nothing, in debug mode too (api.md)
-    const algo a = algorithm_for(c, static_cast<std::uint64_t>(in_n) * sizeof(T), co.algorithm);
-    if (!supports(a, c)) detail::raise_unsupported_algorithm(a, c, p.cx.ctx);
+    k.algorithm = algorithm_for(c, k.in_bytes(), co.algorithm);
+    if (!supports(k.algorithm, c)) detail::raise_unsupported_algorithm(k.algorithm, c, p.cx.ctx);
     bool fits = true;
-    schedule::with_supported_schedule<c>(a, [&](auto s) { fits = host::per_round<decltype(s), T>(p.cx, c) > 0; });
+    schedule::with_supported_schedule<c>(k.algorithm, [&](auto s) { fits = host::per_round<decltype(s), T>(p.cx, c) > 0; });
     if (!fits)
-      raise(errc::unsupported, "staging memory (options::staging_bytes) too small for " + std::string(name(a)) +
+      raise(errc::unsupported, "staging memory (options::staging_bytes) too small for " + std::string(name(k.algorithm)) +
                                    " with " + std::to_string(n) + " ranks and " + std::to_string(sizeof(T)) + "-byte elements", p.cx.ctx);
     guarded(p, [&] {
       // The call's description: compared across ranks in full in debug mode, and always through the
       // call word that each round publishes with its progress word (host::rank_context::begin_rounds).
       // It lives as long as the call: the context keeps its address for a mismatch's message.
-      std::array<std::uint64_t, 4> fp{};
+      detail::call_description fp{};
       if (n > 1) {
-        fp = detail::describe_call<T, Op>(c, a, std::uint64_t{count}, root, ++p.collectives);
+        k.number = ++p.collectives;
+        fp = detail::describe(k);
         if (p.opts.debug) detail::check_fingerprint(p, fp);
         p.cx.begin_rounds(fp);
       }
       if (n == 1) {
-        if (!writes_out) return;
+        if (!k.writes_out) return;
         const bool reduces = c == collective::all_reduce || c == collective::reduce || c == collective::reduce_scatter;
         if (reduces) {
           const T* src[1] = {in};
-          reduce_n<T>(src, 1, out, nullptr, out_n, op, true, 1); // applies finalize, copies otherwise
-        } else if (!in_place) {
-          std::memcpy(out, in, out_n * sizeof(T));
+          reduce_n<T>(src, 1, out, nullptr, k.out_n, op, true, 1); // applies finalize, copies otherwise
+        } else if (!k.in_place) {
+          std::memcpy(out, in, k.out_n * sizeof(T));
         }
         return;
       }
-      std::uint64_t desc = 0;
-      if (!in_place && reads_in) {
+      // Where peers read this rank's input in place: thread ranks from zero_copy_min_bytes, process
+      // ranks inside a registered buffer.
+      if (!k.in_place && k.reads_in) {
         if (p.cx.mode == host::rank_mode::threads) {
-          if (in_n * sizeof(T) >= p.opts.zero_copy_min_bytes) desc = reinterpret_cast<std::uint64_t>(in);
+          if (k.in_bytes() >= p.opts.zero_copy_min_bytes) k.in_desc = reinterpret_cast<std::uint64_t>(in);
         } else if (p.reg) {
-          desc = p.reg->describe(in, in_n * sizeof(T));
+          k.in_desc = p.reg->describe(in, k.in_bytes());
         }
       }
-      const host::collective_buffers b{in, out, count, root, desc != 0, desc};
-      schedule::with_supported_schedule<c>(a, [&](auto s) { host::run_schedule<decltype(s), T>(p.cx, c, b, op); });
+      schedule::with_supported_schedule<c>(k.algorithm, [&](auto s) { host::run_schedule<decltype(s), T>(p.cx, k, op); });
     });
   }
 

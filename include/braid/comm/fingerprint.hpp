@@ -18,22 +18,22 @@
 #include "../core/error.hpp"
 #include "../core/ops.hpp"
 #include "../core/types.hpp"
-#include "../schedule/call_word.hpp"
+#include "../schedule/call.hpp"
 #include "state.hpp"
 #include "tuning.hpp"
 
 namespace braid::detail {
 
-// A call's description (schedule/call_word.hpp) in words, for mismatch messages.
+// A call's description (schedule/call.hpp) in words, for mismatch messages.
 inline std::string describe_fingerprint(const call_description& fp) {
-  const call_fields f = unpack_call(fp);
+  const call_record f = unpack(fp);
   if (f.coll == collective::barrier) return "barrier (collective call " + std::to_string(f.number) + ")";
   std::string s = std::string(name(f.coll)) + " (collective call " + std::to_string(f.number) + "): " +
                   (f.type == dtype::custom ? std::to_string(f.elem_size) + "-byte custom type" : std::string(name(f.type)));
   if (f.coll == collective::all_reduce || f.coll == collective::reduce || f.coll == collective::reduce_scatter)
     s += ", " + std::string(name(f.op));
   s += ", count " + std::to_string(f.count);
-  if (f.root >= 0) s += ", root " + std::to_string(f.root);
+  if (rooted(f.coll)) s += ", root " + std::to_string(f.root);
   s += ", algorithm " + std::string(name(f.algorithm));
   return s;
 }

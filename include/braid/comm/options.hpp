@@ -33,7 +33,7 @@ struct options {
   // bench/results).
   std::size_t zero_copy_min_bytes = std::size_t{16} << 10;
   // A waiting rank polls this long (yielding between polls when ranks outnumber CPUs), then sleeps in
-  // the kernel until the rank it waits for posts (transport/host/sleep.hpp).
+  // the kernel until the rank it waits for posts (host/sleep.hpp).
   std::chrono::nanoseconds spin = std::chrono::microseconds(200);
   bool debug = false;
 

@@ -16,7 +16,7 @@
 
 #include <poll.h>
 
-#include "../bootstrap/rendezvous.hpp"
+#include "../host/rendezvous/rendezvous.hpp"
 #include "../core/error.hpp"
 #include "state.hpp"
 

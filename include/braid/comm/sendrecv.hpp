@@ -16,7 +16,7 @@
 
 #include <poll.h>
 
-#include "../transport/host/p2p.hpp"
+#include "../host/p2p.hpp"
 #include "state.hpp"
 
 namespace braid::detail {

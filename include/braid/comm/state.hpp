@@ -15,11 +15,11 @@
 
 #include <poll.h>
 
-#include "../bootstrap/rendezvous.hpp"
-#include "../transport/host/context.hpp"
-#include "../transport/host/memory.hpp"
-#include "../transport/host/p2p.hpp"
-#include "../transport/host/registry.hpp"
+#include "../host/rendezvous/rendezvous.hpp"
+#include "../host/context.hpp"
+#include "../host/memory.hpp"
+#include "../host/p2p.hpp"
+#include "../host/registry.hpp"
 #include "options.hpp"
 
 namespace braid::detail {

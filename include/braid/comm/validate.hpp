@@ -1,5 +1,6 @@
-// braid/comm/validate.hpp — the argument checks every backend makes before a collective touches
-// memory, written once for the host communicator and the CUDA one.
+// braid/comm/validate.hpp — the argument checks every front end makes before a collective touches
+// memory, written once for the host communicator, the CUDA ones and braid::mpi; they build the call's
+// record (schedule/call.hpp).
 //
 // A call is checked on the calling rank only, before anything is read or written: the byte count
 // must not overflow, the root must be a rank, the requested algorithm must implement the collective,
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "../core/error.hpp"
+#include "../schedule/call.hpp"
 #include "../schedule/common.hpp"
 
 namespace braid::detail {
@@ -32,34 +34,30 @@ inline bool overlaps(const void* a, std::size_t an, const void* b, std::size_t b
   return x < y + bn && y < x + an;
 }
 
-// What a valid call reads and writes on this rank.
-struct call_shape {
-  bool reads_in;      // this rank reads `in` (not a non-root of broadcast)
-  bool writes_out;    // this rank writes `out` (not a non-root of reduce)
-  bool in_place;      // input and output are the collective's in-place form
-  std::size_t in_n;   // elements of `in` (count * nranks for reduce_scatter)
-  std::size_t out_n;  // elements of `out` (count * nranks for all_gather)
-};
-
-template <collective c, class T>
-call_shape validate_call(const T* in, const T* out, std::size_t count, int root, int nranks, int rank, algo requested,
-                         const error_context& ctx) {
+// The record of a valid call of `c` (schedule/call.hpp): what it is, with algorithm `requested` and
+// number 0 (the front end names both once it has chosen them), and what this rank reads and writes.
+// Raises before anything is touched when the arguments are invalid.
+template <collective c, class T, class Op>
+call_record validate_call(const T* in, T* out, std::size_t count, int root, int nranks, int rank, algo requested,
+                          const error_context& ctx) {
   const std::size_t blocks = schedule::blocked(c) ? static_cast<std::size_t>(nranks) : 1;
   if (count > static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(T) / blocks)
     raise(errc::invalid_argument, "count " + std::to_string(count) + " * sizeof(T) overflows", ctx);
-  if ((c == collective::broadcast || c == collective::reduce) && (root < 0 || root >= nranks))
+  if (rooted(c) && (root < 0 || root >= nranks))
     raise(errc::invalid_argument, "root " + std::to_string(root) + " out of range [0, " + std::to_string(nranks) + ")", ctx);
   if (requested != algo::automatic && !supports(requested, c)) raise_unsupported_algorithm(requested, c, ctx);
-  call_shape s{};
-  s.reads_in = c != collective::broadcast || rank == root;
-  s.writes_out = c != collective::reduce || rank == root;
-  s.in_n = c == collective::reduce_scatter ? count * blocks : count;
-  s.out_n = c == collective::all_gather ? count * blocks : count;
+  call_record k = record_of<T, Op>(c, requested, count, root, 0);
+  k.in = in;
+  k.out = out;
+  k.reads_in = c != collective::broadcast || rank == root;
+  k.writes_out = c != collective::reduce || rank == root;
+  k.in_n = c == collective::reduce_scatter ? count * blocks : count;
+  k.out_n = c == collective::all_gather ? count * blocks : count;
   if (count) {
-    if (s.reads_in) check_buffer<T>(in, "input buffer", ctx);
-    if (s.writes_out) check_buffer<T>(out, "output buffer", ctx);
+    if (k.reads_in) check_buffer<T>(in, "input buffer", ctx);
+    if (k.writes_out) check_buffer<T>(out, "output buffer", ctx);
   }
-  if (count && s.reads_in && s.writes_out && overlaps(in, s.in_n * sizeof(T), out, s.out_n * sizeof(T))) {
+  if (count && k.reads_in && k.writes_out && overlaps(in, k.in_n * sizeof(T), out, k.out_n * sizeof(T))) {
     const std::size_t mine = static_cast<std::size_t>(rank) * count;
     const T* allowed = c == collective::reduce_scatter ? in + mine : (c == collective::all_gather ? out + mine : in);
     const T* given = c == collective::all_gather ? in : out;
@@ -70,9 +68,9 @@ call_shape validate_call(const T* in, const T* out, std::size_t count, int root,
                             : c == collective::all_gather   ? "in == out + rank * count"
                                                             : "in == out") + ")",
             ctx);
-    s.in_place = true;
+    k.in_place = true;
   }
-  return s;
+  return k;
 }
 
 } // namespace braid::detail

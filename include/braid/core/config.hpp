@@ -48,7 +48,7 @@ inline constexpr unsigned control_stride = 128;
 namespace detail {
 // Bytes in each of a rank's two staging halves for `staging_bytes` of staging (options::staging_bytes:
 // both halves together): half of it, at least `min_half`, in whole 4 KiB pages. The one rule of every
-// backend's layout (host::segment_layout, cuda_detail::rank_segment).
+// backend's layout (host::segment_layout, cuda::device::rank_segment).
 constexpr unsigned long long staging_half_bytes(unsigned long long staging_bytes, unsigned long long min_half = 0) {
   const unsigned long long half = staging_bytes / 2 > min_half ? staging_bytes / 2 : min_half;
   return (half + 4095) / 4096 * 4096;

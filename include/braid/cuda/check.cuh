@@ -7,7 +7,7 @@
 
 #include "../core/error.hpp"
 
-namespace braid::cuda_detail {
+namespace braid::cuda::detail {
 
 [[noreturn]] inline void raise_cuda(cudaError_t e, const char* call, const char* file, int line,
                                     const error_context& ctx = {}) {
@@ -52,10 +52,10 @@ struct device_guard {
   }
 };
 
-} // namespace braid::cuda_detail
+} // namespace braid::cuda::detail
 
 #define BRAID_CUDA_CHECK(expr)                                                                       \
   do {                                                                                              \
     const cudaError_t braid_e_ = (expr);                                                            \
-    if (braid_e_ != cudaSuccess) ::braid::cuda_detail::raise_cuda(braid_e_, #expr, __FILE__, __LINE__); \
+    if (braid_e_ != cudaSuccess) ::braid::cuda::detail::raise_cuda(braid_e_, #expr, __FILE__, __LINE__); \
   } while (0)

@@ -1,5 +1,5 @@
 // braid/cuda/handles.cuh — move-only owners of CUDA handles and of grow-only scratch memory, shared
-// by the CUDA communicators (cuda/process.cuh, mpi/cuda.cuh). Destruction releases the handle without
+// by the CUDA communicators (cuda/process/communicator.cuh, mpi/cuda.cuh). Destruction releases the handle without
 // waiting: CUDA lets a destroyed stream's or event's enqueued work finish; memory that GPU work may
 // still read must be awaited by its owner before it is released.
 #pragma once
@@ -11,7 +11,7 @@
 
 #include "check.cuh"
 
-namespace braid::cuda_detail {
+namespace braid::cuda::detail {
 
 inline void release(cudaStream_t s) noexcept { (void)cudaStreamDestroy(s); }
 inline void release(cudaEvent_t e) noexcept { (void)cudaEventDestroy(e); }
@@ -76,4 +76,4 @@ template <memory_kind K> struct grow_only {
   ~grow_only() { reset(); }
 };
 
-} // namespace braid::cuda_detail
+} // namespace braid::cuda::detail

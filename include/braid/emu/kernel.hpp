@@ -1,5 +1,5 @@
 // braid/emu/kernel.hpp — what a kernel running on the emulated device can ask (the emulated side of
-// braid/cuda/kernel.cuh's vocabulary): its thread and block coordinates, the block barrier, a yield
+// braid/cuda/device/kernel.cuh's vocabulary): its thread and block coordinates, the block barrier, a yield
 // point for waits, and a clock. Each call is answered for the emulated CUDA thread running on the
 // calling OS thread; called outside a kernel, it stops the process with a message naming the call.
 #pragma once

@@ -1,7 +1,7 @@
 // braid/emu/runtime.hpp — the emulated CUDA runtime: the runtime calls braid makes, with CUDA's names,
 // CUDA's semantics where braid relies on them, and CUDA's error codes where CUDA refuses. Host code
 // compiled by g++ with BRAID_CUDA_EMULATOR includes this instead of <cuda_runtime.h> (through
-// braid/cuda/runtime.cuh); kernels are launched with braid::emu::launch (through braid::gpu::launch).
+// braid/cuda/runtime.cuh); kernels are launched with braid::emu::launch (through braid::cuda::device::launch).
 //
 // The machine (docs/architecture.md, "The emulated device"): BRAID_EMU_DEVICES devices (default
 // 2), each with BRAID_EMU_SMS streaming multiprocessors (default 16) of 2048 threads and 32 blocks,

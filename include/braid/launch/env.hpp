@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "../comm/communicator.hpp"
-#include "../bootstrap/unique_id.hpp"
+#include "../host/rendezvous/unique_id.hpp"
 
 namespace braid {
 

@@ -25,7 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../bootstrap/unique_id.hpp"
+#include "../host/rendezvous/unique_id.hpp"
 
 namespace braid {
 

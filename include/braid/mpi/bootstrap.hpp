@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "../comm/communicator.hpp"
-#include "../bootstrap/unique_id.hpp"
+#include "../host/rendezvous/unique_id.hpp"
 #include "check.hpp"
 
 namespace braid::mpi {

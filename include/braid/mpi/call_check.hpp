@@ -3,7 +3,7 @@
 //
 // Every rank that takes part in the inter-host stage (uniform layouts: every rank, on its cross
 // communicator; otherwise the local ranks 0) folds each call with a non-zero count into a 64-bit call
-// word, chained over its calls like the host transport's (schedule/call_word.hpp; count-0 calls, which
+// word, chained over its calls like the host transport's (schedule/call.hpp; count-0 calls, which
 // move nothing, are not counted). Its first inter-host step, whatever the collective, is exchange():
 // one round of point-to-point messages in which every member sends every other member exactly one
 // block, {word, the call's description, the bytes it sends that member, up to inline_bytes of them
@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "../core/error.hpp"
-#include "../schedule/call_word.hpp"
+#include "../schedule/call.hpp"
 #include "bootstrap.hpp"
 #include "check.hpp"
 
@@ -58,11 +58,12 @@ public:
 
   // Folds this call into the word if this rank takes part in the inter-host stage and the call moves
   // something; the exchange is then pending (the call's first inter-host MPI call must be exchange()).
-  template <collective c, class T, class Op> void start(const host_layout& L, std::size_t count, int root) {
-    if (L.hosts == 1 || count == 0 || !(L.uniform || L.local_rank == 0)) return;
+  void start(const host_layout& L, braid::detail::call_record k) {
+    if (L.hosts == 1 || (k.count == 0 && k.coll != collective::barrier) || !(L.uniform || L.local_rank == 0)) return;
     ++checked_;
-    desc_ = braid::detail::describe_call<T, Op>(c, algo::automatic, count, root, checked_);
-    if (c == collective::barrier) desc_ = braid::detail::describe_barrier(checked_);
+    k.algorithm = algo::automatic;
+    k.number = checked_;
+    desc_ = braid::detail::describe(k);
     word_ = braid::detail::chain_call_word(word_, desc_, 0);
     pending_ = true;
   }
@@ -195,7 +196,7 @@ private:
     post(rc, ctx);
   }
   static std::string describe(const braid::detail::call_description& d) {
-    return braid::detail::call_text(d) + ", its inter-host call " + std::to_string(d[3]);
+    return braid::detail::call_text(braid::detail::unpack(d)) + ", its inter-host call " + std::to_string(d[3]);
   }
   std::string mismatch_message(const host_layout& L, int host, const braid::detail::call_description& theirs) const {
     return "mismatched calls across hosts: rank " + std::to_string(L.rank) + " (host " + std::to_string(L.host) + ") called " +

@@ -94,41 +94,41 @@ public:
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void all_reduce(const T* in, T* out, std::size_t count, Op op = {}) {
-    check_call<collective::all_reduce>(in, out, count, 0);
+    const braid::detail::call_record k = check_call<collective::all_reduce, Op>(in, out, count, 0);
     call("all_reduce", [&] {
-      start_check<collective::all_reduce, T, Op>(count, 0);
+      start_check(k);
       do_all_reduce(in, out, count, op);
     });
   }
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void reduce_scatter(const T* in, T* out, std::size_t recv_count, Op op = {}) {
-    check_call<collective::reduce_scatter>(in, out, recv_count, 0);
+    const braid::detail::call_record k = check_call<collective::reduce_scatter, Op>(in, out, recv_count, 0);
     call("reduce_scatter", [&] {
-      start_check<collective::reduce_scatter, T, Op>(recv_count, 0);
+      start_check(k);
       do_reduce_scatter(in, out, recv_count, op);
     });
   }
   template <element T> void all_gather(const T* in, T* out, std::size_t send_count) {
-    check_call<collective::all_gather>(in, out, send_count, 0);
+    const braid::detail::call_record k = check_call<collective::all_gather, braid::detail::copy_only>(in, out, send_count, 0);
     call("all_gather", [&] {
-      start_check<collective::all_gather, T, braid::detail::copy_only>(send_count, 0);
+      start_check(k);
       do_all_gather(in, out, send_count);
     });
   }
   template <element T> void broadcast(const T* in, T* out, std::size_t count, int root) {
-    check_call<collective::broadcast>(in, out, count, root);
+    const braid::detail::call_record k = check_call<collective::broadcast, braid::detail::copy_only>(in, out, count, root);
     call("broadcast", [&] {
-      start_check<collective::broadcast, T, braid::detail::copy_only>(count, root);
+      start_check(k);
       do_broadcast(in, out, count, root);
     });
   }
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void reduce(const T* in, T* out, std::size_t count, int root, Op op = {}) {
-    check_call<collective::reduce>(in, out, count, root);
+    const braid::detail::call_record k = check_call<collective::reduce, Op>(in, out, count, root);
     call("reduce", [&] {
-      start_check<collective::reduce, T, Op>(count, root);
+      start_check(k);
       if (rank() == root) return do_all_reduce(in, out, count, op);
       std::vector<T> sink(count);
       do_all_reduce(in, sink.data(), count, op);
@@ -140,7 +140,7 @@ public:
       // The call check among the ranks that take part in the inter-host stage (every rank of a
       // uniform layout, the local ranks 0 otherwise) is a round between every pair of them: it is the
       // inter-host barrier.
-      start_check<collective::barrier, std::uint8_t, braid::detail::copy_only>(1, 0);
+      start_check(braid::detail::barrier_record(0));
       check_only();
       local_.barrier();
     });

@@ -106,10 +106,10 @@ inline bool mpi_says_cuda_aware() {
 #endif
 }
 
-using cuda_detail::owned_event;
-using cuda_detail::owned_stream;
-using pinned_memory = cuda_detail::grow_only<cuda_detail::memory_kind::pinned>;
-using device_scratch = cuda_detail::grow_only<cuda_detail::memory_kind::device>;
+using cuda::detail::owned_event;
+using cuda::detail::owned_stream;
+using pinned_memory = cuda::detail::grow_only<cuda::detail::memory_kind::pinned>;
+using device_scratch = cuda::detail::grow_only<cuda::detail::memory_kind::device>;
 
 } // namespace cuda_mpi_detail
 
@@ -164,8 +164,8 @@ public:
         direct_ = env[0] == '1';
       }
       // The device-memory reduction takes at most max_ranks pieces (process_communicator's bound).
-      if (direct_ && L.hosts > cuda::ipc_detail::max_ranks)
-        raise(errc::unsupported, "MPI on device memory: at most " + std::to_string(cuda::ipc_detail::max_ranks) + " hosts", cx);
+      if (direct_ && L.hosts > cuda::process::max_ranks)
+        raise(errc::unsupported, "MPI on device memory: at most " + std::to_string(cuda::process::max_ranks) + " hosts", cx);
       if (device < 0) {
         int count = 0;
         BRAID_CUDA_CHECK(cudaGetDeviceCount(&count));
@@ -173,7 +173,7 @@ public:
         device = L.local_rank % count;
       }
       local_ = cuda::process_communicator(std::move(host), device, o.local);
-      cuda_detail::device_guard dg(device);
+      cuda::detail::device_guard dg(device);
       int pitch = 0;
       BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&pitch, cudaDevAttrMaxPitch, device));
       max_pitch_ = static_cast<std::size_t>(static_cast<unsigned>(pitch));
@@ -230,18 +230,18 @@ public:
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void all_reduce(const T* in, T* out, std::size_t count, Op op, cudaStream_t stream) {
-    check_call<collective::all_reduce>(in, out, count, 0);
+    const braid::detail::call_record k = check_call<collective::all_reduce, Op>(in, out, count, 0);
     call("all_reduce", stream, [&] {
-      start_check<collective::all_reduce, T, Op>(count, 0);
+      start_check(k);
       do_all_reduce(in, out, count, op);
     });
   }
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void reduce(const T* in, T* out, std::size_t count, int root, Op op, cudaStream_t stream) {
-    check_call<collective::reduce>(in, out, count, root);
+    const braid::detail::call_record k = check_call<collective::reduce, Op>(in, out, count, root);
     call("reduce", stream, [&] {
-      start_check<collective::reduce, T, Op>(count, root);
+      start_check(k);
       if (rank() == root) return do_all_reduce(in, out, count, op);
       T* sink = sink_.get<T>(count, done_.h);
       do_all_reduce(in, sink, count, op);
@@ -250,23 +250,23 @@ public:
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void reduce_scatter(const T* in, T* out, std::size_t recv_count, Op op, cudaStream_t stream) {
-    check_call<collective::reduce_scatter>(in, out, recv_count, 0);
+    const braid::detail::call_record k = check_call<collective::reduce_scatter, Op>(in, out, recv_count, 0);
     call("reduce_scatter", stream, [&] {
-      start_check<collective::reduce_scatter, T, Op>(recv_count, 0);
+      start_check(k);
       do_reduce_scatter(in, out, recv_count, op);
     });
   }
   template <element T> void all_gather(const T* in, T* out, std::size_t send_count, cudaStream_t stream) {
-    check_call<collective::all_gather>(in, out, send_count, 0);
+    const braid::detail::call_record k = check_call<collective::all_gather, braid::detail::copy_only>(in, out, send_count, 0);
     call("all_gather", stream, [&] {
-      start_check<collective::all_gather, T, braid::detail::copy_only>(send_count, 0);
+      start_check(k);
       do_all_gather(in, out, send_count);
     });
   }
   template <element T> void broadcast(const T* in, T* out, std::size_t count, int root, cudaStream_t stream) {
-    check_call<collective::broadcast>(in, out, count, root);
+    const braid::detail::call_record k = check_call<collective::broadcast, braid::detail::copy_only>(in, out, count, root);
     call("broadcast", stream, [&] {
-      start_check<collective::broadcast, T, braid::detail::copy_only>(count, root);
+      start_check(k);
       do_broadcast(in, out, count, root);
     });
   }
@@ -309,7 +309,7 @@ public:
       // The call check among the ranks that take part in the inter-host stage (every rank of a
       // uniform layout, the local ranks 0 otherwise) is a round between every pair of them: it is the
       // inter-host barrier.
-      start_check<collective::barrier, std::uint8_t, braid::detail::copy_only>(1, 0);
+      start_check(braid::detail::barrier_record(0));
       check_only();
       local_.barrier(stream);
     });
@@ -319,7 +319,7 @@ private:
   void release() noexcept {
     if (!live_) return;
     try {
-      cuda_detail::device_guard dg(device_);
+      cuda::detail::device_guard dg(device_);
       if (done_.h) cudaEventSynchronize(done_.h); // the last call's copies may still read pinned memory
       if (side_.h) cudaStreamSynchronize(side_.h);
     } catch (...) {
@@ -334,7 +334,7 @@ private:
     begin_call(what);
     stream_ = stream;
     try {
-      cuda_detail::device_guard dg(device_);
+      cuda::detail::device_guard dg(device_);
       BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, done_.h, 0));
       f();
       check_only(); // a checking rank without an inter-host MPI call: none with these algorithms
@@ -434,12 +434,12 @@ private:
   // dst[i] = finalize(op(piece_0[i], ..., piece_{H-1}[i])) in device memory: process_communicator's
   // reduce kernel on the side stream, pieces in order in the accumulator type (the CPU loop's order).
   template <class T, class Op> void reduce_pieces_device(const T* pieces, int H, std::size_t m, T* dst, const Op& op) {
-    cuda::ipc_detail::sources<T> src{};
+    cuda::process::sources<T> src{};
     for (int j = 0; j < H; ++j) src.p[j] = pieces + static_cast<std::size_t>(j) * m;
     const unsigned threads = 256;
     const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>(64, (m + threads - 1) / threads));
-    const cuda::ipc_detail::u64 m64 = m; // the kernel's parameter type (a cast would be useless where it is size_t)
-    BRAID_CUDA_CHECK(gpu::launch(&cuda::ipc_detail::reduce_kernel<T, Op>, blocks, threads, 0, side_.h, src, H, dst,
+    const cuda::process::u64 m64 = m; // the kernel's parameter type (a cast would be useless where it is size_t)
+    BRAID_CUDA_CHECK(cuda::device::launch(&cuda::process::reduce_kernel<T, Op>, blocks, threads, 0, side_.h, src, H, dst,
                                  static_cast<T*>(nullptr), m64, op, true, hc_.layout.size));
     BRAID_CUDA_CHECK(cudaStreamSynchronize(side_.h));
   }

@@ -67,16 +67,18 @@ protected:
   }
   error_context ctx() const { return error_context{hc_.layout.rank, what_, seq_, -1}; }
 
-  // Argument checks of collective `c`, before anything moves: braid::communicator's
-  // (comm/validate.hpp), plus MPI's int counts; and a communicator that failed refuses.
-  template <collective c, class T> void check_call(const T* in, const T* out, std::size_t count, int root) {
+  // Argument checks of collective `c` under Op, before anything moves: braid::communicator's
+  // (comm/validate.hpp), plus MPI's int counts; and a communicator that failed refuses. Returns the
+  // call's record, which the call check folds in (start_check).
+  template <collective c, class Op, class T> braid::detail::call_record check_call(const T* in, T* out, std::size_t count, int root) {
     const host_layout& L = lay();
     what_ = std::string_view(name(c)).data();
     const error_context cx{L.rank, what_, seq_ + 1, -1};
     refuse_if_failed(cx);
-    const braid::detail::call_shape sh = braid::detail::validate_call<c, T>(in, out, count, root, L.size, L.rank, algo::automatic, cx);
-    if (std::max(sh.in_n, sh.out_n) > static_cast<std::size_t>(INT_MAX))
+    braid::detail::call_record k = braid::detail::validate_call<c, T, Op>(in, out, count, root, L.size, L.rank, algo::automatic, cx);
+    if (std::max(k.in_n, k.out_n) > static_cast<std::uint64_t>(INT_MAX))
       raise(errc::unsupported, "braid::mpi: more than INT_MAX elements in one call", cx);
+    return k;
   }
   // A call named `what` begins: it is numbered, unless the communicator failed earlier (it raises).
   void begin_call(const char* what) {
@@ -91,9 +93,7 @@ protected:
     failure_ = e.what();
   }
   // The inter-host call check of this call (call_check.hpp), folded in at its start.
-  template <collective c, class T, class Op> void start_check(std::size_t count, int root) {
-    check_.start<c, T, Op>(hc_.layout, count, root);
-  }
+  void start_check(const braid::detail::call_record& k) { check_.start(hc_.layout, k); }
 
   // A committed MPI type of `bytes` contiguous bytes (one per element size, kept until destruction).
   MPI_Datatype type_of(std::size_t bytes) {

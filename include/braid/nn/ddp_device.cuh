@@ -61,9 +61,9 @@ public:
       if (begin_[b] <= begin_[b - 1] || begin_[b] >= n)
         raise(errc::invalid_argument, "bucket_reducer: bucket " + std::to_string(b) + " starts at " + std::to_string(begin_[b]) +
                                           ": boundaries must ascend and lie below n = " + std::to_string(n));
-    cuda_detail::device_guard guard(comm_.device());
+    cuda::detail::device_guard guard(comm_.device());
     ready_events_.resize(begin_.size());
-    for (cuda_detail::owned_event& e : ready_events_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e.h, cudaEventDisableTiming));
+    for (cuda::detail::owned_event& e : ready_events_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e.h, cudaEventDisableTiming));
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&done_.h, cudaEventDisableTiming));
     marked_.assign(begin_.size(), false);
   }
@@ -84,7 +84,7 @@ public:
       while (next_ < begin_.size() && marked_[next_]) ++next_;
       return;
     }
-    cuda_detail::device_guard guard(comm_.device());
+    cuda::detail::device_guard guard(comm_.device());
     BRAID_CUDA_CHECK(cudaEventRecord(ready_events_[b].h, compute));
     while (next_ < begin_.size() && marked_[next_]) {
       BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_events_[next_].h, 0));
@@ -103,7 +103,7 @@ public:
                                      " was never marked ready this step (nothing of the step was averaged after it)");
     }
     if (sync_) {
-      cuda_detail::device_guard guard(comm_.device());
+      cuda::detail::device_guard guard(comm_.device());
       BRAID_CUDA_CHECK(cudaEventRecord(done_.h, stream_));
       BRAID_CUDA_CHECK(cudaStreamWaitEvent(compute, done_.h, 0));
     }
@@ -134,8 +134,8 @@ private:
   std::int64_t n_;
   std::vector<std::int64_t> begin_;
   cudaStream_t stream_;
-  std::vector<cuda_detail::owned_event> ready_events_;
-  cuda_detail::owned_event done_;
+  std::vector<cuda::detail::owned_event> ready_events_;
+  cuda::detail::owned_event done_;
   std::vector<bool> marked_;
   std::size_t next_ = 0;
   bool sync_ = true;

@@ -213,7 +213,7 @@ private:
       (void)cudaGetLastError(); // "not ready" is an answer, not an error to leave for the next call
       return false;
     }
-    cuda_detail::raise_cuda(r, "cudaEventQuery", __FILE__, __LINE__);
+    cuda::detail::raise_cuda(r, "cudaEventQuery", __FILE__, __LINE__);
   }
 
   block& in_use_block_locked(void* p, const char* what) {
@@ -240,12 +240,12 @@ private:
       e = idle_events_.back();
       idle_events_.pop_back();
     } else {
-      cuda_detail::device_guard g(device_);
+      cuda::detail::device_guard g(device_);
       BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     }
     if (const cudaError_t r = cudaEventRecord(e, s); r != cudaSuccess) {
       idle_events_.push_back(e);
-      cuda_detail::raise_cuda(r, "cudaEventRecord", __FILE__, __LINE__);
+      cuda::detail::raise_cuda(r, "cudaEventRecord", __FILE__, __LINE__);
     }
     return e;
   }
@@ -304,7 +304,7 @@ private:
   }
 
   block* new_block_locked(std::size_t bytes, std::size_t cls, cudaStream_t stream) {
-    cuda_detail::device_guard g(device_);
+    cuda::detail::device_guard g(device_);
     void* p = nullptr;
     cudaError_t e = cudaMalloc(&p, cls);
     if (e == cudaErrorMemoryAllocation) {
@@ -319,7 +319,7 @@ private:
         raise(errc::cuda, os.str(), {}, "cudaMalloc", __FILE__, __LINE__, static_cast<int>(e));
       }
     }
-    if (e != cudaSuccess) cuda_detail::raise_cuda(e, "cudaMalloc", __FILE__, __LINE__);
+    if (e != cudaSuccess) cuda::detail::raise_cuda(e, "cudaMalloc", __FILE__, __LINE__);
     block* b = nullptr;
     try {
       b = &blocks_[p];
@@ -340,7 +340,7 @@ private:
     auto note = [&f](cudaError_t e, const char* call) {
       if (e != cudaSuccess && f.e == cudaSuccess) f = failure{e, call};
     };
-    cuda_detail::device_guard g(device_);
+    cuda::detail::device_guard g(device_);
     auto release = [&](block* b) {
       for (cudaEvent_t e : b->waits) note(cudaEventSynchronize(e), "cudaEventSynchronize");
       if (b->freed) note(cudaEventSynchronize(b->freed), "cudaEventSynchronize");

@@ -21,7 +21,7 @@
 
 #include "../core/error.hpp"
 #include "../cuda/check.cuh"
-#include "../cuda/kernel.cuh"
+#include "../cuda/device/kernel.cuh"
 #include "ops.hpp"
 
 namespace braid::nn::fused {
@@ -40,8 +40,8 @@ constexpr std::int64_t op_max_blocks = 4096;
 #endif
 
 template <class Op> BRAID_KERNEL_BOUNDED(op_threads) void for_each_kernel(std::int64_t n, Op op) {
-  const std::int64_t step = std::int64_t(gpu::grid_size()) * gpu::block_size();
-  for (std::int64_t i = std::int64_t(gpu::block_index()) * gpu::block_size() + gpu::thread_index(); i < n; i += step) op(i);
+  const std::int64_t step = std::int64_t(cuda::device::grid_size()) * cuda::device::block_size();
+  for (std::int64_t i = std::int64_t(cuda::device::block_index()) * cuda::device::block_size() + cuda::device::thread_index(); i < n; i += step) op(i);
 }
 
 // The per-channel sums of ops.hpp's channel order, in two steps. First a block per (channel, group)
@@ -53,13 +53,13 @@ template <class Op> BRAID_KERNEL_BOUNDED(op_threads) void for_each_kernel(std::i
 // kernel, and every thread of the deviations pass (the mean).
 template <class Acc, class F>
 BRAID_DEVICE void group_sum(Acc* part, const ops::channel_walk& w, std::int64_t c, int g, const F& f) {
-  const int t = int(gpu::thread_index()), bs = int(gpu::block_size());
+  const int t = int(cuda::device::thread_index()), bs = int(cuda::device::block_size());
   for (int j = t; j < ops::channel_group; j += bs)
     part[j] = ops::channel_partial<Acc>(w, c, std::int64_t(g) * ops::channel_group + j, f);
-  gpu::sync_block();
+  cuda::device::sync_block();
   for (int s = ops::channel_group / 2; s >= 1; s /= 2) {
     for (int p = t; p < s; p += bs) part[p] += part[p + s];
-    gpu::sync_block();
+    cuda::device::sync_block();
   }
 }
 template <class Acc> BRAID_DEVICE Acc group_total(const Acc* sums, std::int64_t c) {
@@ -74,20 +74,20 @@ template <class T, bool Deviations>
 BRAID_KERNEL_BOUNDED(op_threads) void bn_stats_groups_kernel(ops::bn_stats<T> op, ops::channel_walk w, double* sum, double* dev) {
   BRAID_SHARED double part[ops::channel_group];
   const std::int64_t items = op.C * ops::channel_groups;
-  for (std::int64_t item = gpu::block_index(); item < items; item += gpu::grid_size()) {
+  for (std::int64_t item = cuda::device::block_index(); item < items; item += cuda::device::grid_size()) {
     const std::int64_t c = item / ops::channel_groups;
     const int g = int(item - c * ops::channel_groups);
     if constexpr (Deviations)
       group_sum(part, w, c, g, op.deviations(group_total(sum, c) / double(w.m)));
     else
       group_sum(part, w, c, g, op.values());
-    if (gpu::thread_index() == 0) (Deviations ? dev : sum)[item] = part[0];
-    gpu::sync_block(); // part[0] is read before the next item overwrites it
+    if (cuda::device::thread_index() == 0) (Deviations ? dev : sum)[item] = part[0];
+    cuda::device::sync_block(); // part[0] is read before the next item overwrites it
   }
 }
 template <class T> BRAID_KERNEL_BOUNDED(op_threads) void bn_stats_finish_kernel(ops::bn_stats<T> op, const double* sum, const double* dev) {
-  const std::int64_t step = std::int64_t(gpu::grid_size()) * gpu::block_size();
-  for (std::int64_t c = std::int64_t(gpu::block_index()) * gpu::block_size() + gpu::thread_index(); c < op.C; c += step) {
+  const std::int64_t step = std::int64_t(cuda::device::grid_size()) * cuda::device::block_size();
+  for (std::int64_t c = std::int64_t(cuda::device::block_index()) * cuda::device::block_size() + cuda::device::thread_index(); c < op.C; c += step) {
     if (op.training)
       op.finish(c, group_total(sum, c), group_total(dev, c));
     else
@@ -98,16 +98,16 @@ template <class T>
 BRAID_KERNEL_BOUNDED(op_threads) void bn_grad_groups_kernel(ops::bn_grad_sums<T> op, ops::channel_walk w, ops::sum2* sum) {
   BRAID_SHARED ops::sum2 part[ops::channel_group];
   const std::int64_t items = op.C * ops::channel_groups;
-  for (std::int64_t item = gpu::block_index(); item < items; item += gpu::grid_size()) {
+  for (std::int64_t item = cuda::device::block_index(); item < items; item += cuda::device::grid_size()) {
     const std::int64_t c = item / ops::channel_groups;
     group_sum(part, w, c, int(item - c * ops::channel_groups), op.terms_of());
-    if (gpu::thread_index() == 0) sum[item] = part[0];
-    gpu::sync_block();
+    if (cuda::device::thread_index() == 0) sum[item] = part[0];
+    cuda::device::sync_block();
   }
 }
 template <class T> BRAID_KERNEL_BOUNDED(op_threads) void bn_grad_finish_kernel(ops::bn_grad_sums<T> op, const ops::sum2* sum) {
-  const std::int64_t step = std::int64_t(gpu::grid_size()) * gpu::block_size();
-  for (std::int64_t c = std::int64_t(gpu::block_index()) * gpu::block_size() + gpu::thread_index(); c < op.C; c += step)
+  const std::int64_t step = std::int64_t(cuda::device::grid_size()) * cuda::device::block_size();
+  for (std::int64_t c = std::int64_t(cuda::device::block_index()) * cuda::device::block_size() + cuda::device::thread_index(); c < op.C; c += step)
     op.finish(c, group_total(sum, c));
 }
 
@@ -122,8 +122,8 @@ template <class Op> void for_each(std::int64_t n, const Op& op, cudaStream_t str
   if (n == 0) return;
   const std::int64_t want = (n + detail::op_block - 1) / detail::op_block;
   const unsigned blocks = unsigned(want < detail::op_max_blocks ? want : detail::op_max_blocks);
-  const cudaError_t e = gpu::launch(detail::for_each_kernel<Op>, blocks, detail::op_block, 0, stream, n, op);
-  if (e != cudaSuccess) cuda_detail::raise_cuda(e, "nn::fused::for_each", __FILE__, __LINE__);
+  const cudaError_t e = cuda::device::launch(detail::for_each_kernel<Op>, blocks, detail::op_block, 0, stream, n, op);
+  if (e != cudaSuccess) cuda::detail::raise_cuda(e, "nn::fused::for_each", __FILE__, __LINE__);
 }
 
 // Batch-norm statistics and gradient sums (ops.hpp's channel order, the bits of the host's op(c)):
@@ -150,13 +150,13 @@ void bn_stats_launch(const ops::bn_stats<T>& op, double* scratch, cudaStream_t s
   if (op.training) {
     const ops::channel_walk w = ops::make_channel_walk(op.n, op.C, op.hw);
     const unsigned blocks = bn_blocks(op.C * ops::channel_groups, max_blocks);
-    e = gpu::launch(bn_stats_groups_kernel<T, false>, blocks, block, 0, s, op, w, sum, dev);
-    if (e == cudaSuccess) e = gpu::launch(bn_stats_groups_kernel<T, true>, blocks, block, 0, s, op, w, sum, dev);
+    e = cuda::device::launch(bn_stats_groups_kernel<T, false>, blocks, block, 0, s, op, w, sum, dev);
+    if (e == cudaSuccess) e = cuda::device::launch(bn_stats_groups_kernel<T, true>, blocks, block, 0, s, op, w, sum, dev);
   }
   if (e == cudaSuccess)
-    e = gpu::launch(bn_stats_finish_kernel<T>, bn_blocks((op.C + block - 1) / block, max_blocks), block, 0, s, op,
+    e = cuda::device::launch(bn_stats_finish_kernel<T>, bn_blocks((op.C + block - 1) / block, max_blocks), block, 0, s, op,
                     static_cast<const double*>(sum), static_cast<const double*>(dev));
-  if (e != cudaSuccess) cuda_detail::raise_cuda(e, "nn::fused::bn_stats", __FILE__, __LINE__);
+  if (e != cudaSuccess) cuda::detail::raise_cuda(e, "nn::fused::bn_stats", __FILE__, __LINE__);
 }
 template <class T>
 void bn_grad_sums_launch(const ops::bn_grad_sums<T>& op, double* scratch, cudaStream_t s, unsigned block, std::int64_t max_blocks) {
@@ -164,11 +164,11 @@ void bn_grad_sums_launch(const ops::bn_grad_sums<T>& op, double* scratch, cudaSt
   require_shape(scratch != nullptr, "bn_grad_sums: no scratch");
   auto* sum = reinterpret_cast<ops::sum2*>(scratch);
   const ops::channel_walk w = ops::make_channel_walk(op.n, op.C, op.hw);
-  cudaError_t e = gpu::launch(bn_grad_groups_kernel<T>, bn_blocks(op.C * ops::channel_groups, max_blocks), block, 0, s, op, w, sum);
+  cudaError_t e = cuda::device::launch(bn_grad_groups_kernel<T>, bn_blocks(op.C * ops::channel_groups, max_blocks), block, 0, s, op, w, sum);
   if (e == cudaSuccess)
-    e = gpu::launch(bn_grad_finish_kernel<T>, bn_blocks((op.C + block - 1) / block, max_blocks), block, 0, s, op,
+    e = cuda::device::launch(bn_grad_finish_kernel<T>, bn_blocks((op.C + block - 1) / block, max_blocks), block, 0, s, op,
                     static_cast<const ops::sum2*>(sum));
-  if (e != cudaSuccess) cuda_detail::raise_cuda(e, "nn::fused::bn_grad_sums", __FILE__, __LINE__);
+  if (e != cudaSuccess) cuda::detail::raise_cuda(e, "nn::fused::bn_grad_sums", __FILE__, __LINE__);
 }
 } // namespace detail
 

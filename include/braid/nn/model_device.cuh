@@ -90,7 +90,7 @@ public:
   // and must stay this model's while it runs. The pool, the stream and the handle must outlive the
   // model. After build(), parameters are zero (running variance one): load() a host model's.
   sequential(device_pool& pool, cudaStream_t stream, cublasHandle_t blas) : ctx_{stream, blas, &pool} {
-    cuda_detail::device_guard guard(pool.device());
+    cuda::detail::device_guard guard(pool.device());
     detail::blas_check(cublasSetStream(blas, stream), "cublasSetStream");
   }
   // Appends layer L (one of the aliases above) built from args; before build() only.
@@ -102,7 +102,7 @@ public:
   void build() {
     detail::require_shape(!built_, "build: the model is built already");
     detail::require_shape(net_.size() > 0, "build: the model has no layers");
-    cuda_detail::device_guard guard(ctx_.pool->device());
+    cuda::detail::device_guard guard(ctx_.pool->device());
     // Flat layout: the reverse of collect() order, each tensor at a multiple of 256 bytes (the zero
     // padding between them stays zero: zero gradients, and every optimizer leaves a zero weight with a
     // zero gradient at zero), so every bucket and segment starts 16-byte aligned.
@@ -188,7 +188,7 @@ public:
   // x: [n, in_ch, h, w] in device memory, valid until backward() returns. Returns the logits [n, classes].
   const T* forward(const T* x, const shape_t& in) {
     detail::require_shape(built_, "forward: build() the model first");
-    cuda_detail::device_guard guard(ctx_.pool->device());
+    cuda::detail::device_guard guard(ctx_.pool->device());
     logits_ = net_.forward(x, in);
     batch_ = in[0];
     return logits_;
@@ -200,7 +200,7 @@ public:
   // recomputed micro-batch).
   void loss(const std::int32_t* labels, bool count = true) {
     detail::require_shape(classifier_ && built_, "loss: this model (stage) does not end with the classifier");
-    cuda_detail::device_guard guard(ctx_.pool->device());
+    cuda::detail::device_guard guard(ctx_.pool->device());
     labels_ = labels;
     const shape_t& z = net_.out();
     detail::require_shape(z.rank() == 2, "loss: the model's output is not [n, classes]");
@@ -216,7 +216,7 @@ public:
   // or backward.
   const T* backward(double scale = 1.0) {
     detail::require_shape(classifier_ && built_, "backward: this model (stage) does not end with the classifier (backward_from)");
-    cuda_detail::device_guard guard(ctx_.pool->device());
+    cuda::detail::device_guard guard(ctx_.pool->device());
     begin_backward();
     T* g = dlogits_.grow(ctx_, batch_ * classes_);
     softmax_ce_backward(static_cast<const T*>(probs_.get()), labels_, g, batch_, classes_, scale, ctx_.stream);
@@ -232,7 +232,7 @@ public:
   {
     detail::require_shape(scaler.stream() == ctx_.stream, "backward: the loss scaler runs on another stream");
     detail::require_shape(classifier_ && built_, "backward: this model (stage) does not end with the classifier");
-    cuda_detail::device_guard guard(ctx_.pool->device());
+    cuda::detail::device_guard guard(ctx_.pool->device());
     begin_backward();
     T* g = dlogits_.grow(ctx_, batch_ * classes_);
     softmax_ce_backward(static_cast<const T*>(probs_.get()), labels_, g, batch_, classes_, &scaler.device_state()->scale,
@@ -245,7 +245,7 @@ public:
   // next forward or backward.
   const T* backward_from(const T* dy) {
     require_built("backward_from");
-    cuda_detail::device_guard guard(ctx_.pool->device());
+    cuda::detail::device_guard guard(ctx_.pool->device());
     begin_backward();
     return net_.backward(dy);
   }
@@ -293,7 +293,7 @@ protected:
     for (std::size_t i = 0; i < bs.size(); ++i)
       if (bs[i]->shape() != tab_.buffer_shapes[i] || bs[i]->type() != dtype_of_v<T>)
         detail::require_shape(false, ("load/store: host buffer " + std::to_string(i) + " has another shape or type").c_str());
-    cuda_detail::device_guard guard(ctx_.pool->device());
+    cuda::detail::device_guard guard(ctx_.pool->device());
     auto move = [&](T* dev, tensor& t) {
       const std::size_t bytes = std::size_t(t.numel()) * sizeof(T);
       if (to_device) BRAID_CUDA_CHECK(cudaMemcpyAsync(dev, t.data<T>(), bytes, cudaMemcpyHostToDevice, ctx_.stream));

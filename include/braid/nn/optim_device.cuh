@@ -30,7 +30,7 @@
 
 #include "../core/error.hpp"
 #include "../cuda/check.cuh"
-#include "../cuda/kernel.cuh"
+#include "../cuda/device/kernel.cuh"
 #include "rules.hpp"
 
 #include "optim_kernels.cuh"
@@ -60,12 +60,12 @@ public:
   void unscale(float* grad, std::int64_t n, bool bf16) {
     if (n < 0 || (n > 0 && grad == nullptr)) raise(errc::invalid_argument, "fused::loss_scaler::unscale: n < 0, or a null buffer");
     if (n == 0) return;
-    detail::launched(gpu::launch(detail::unscale_kernel<>, detail::blocks_for(n), detail::threads, 0, stream_, grad, n, bf16, state_.get()),
+    detail::launched(cuda::device::launch(detail::unscale_kernel<>, detail::blocks_for(n), detail::threads, 0, stream_, grad, n, bf16, state_.get()),
                      "fused::loss_scaler::unscale");
   }
   // Records this step's outcome (after every unscale of the step).
   void update() {
-    detail::launched(gpu::launch(detail::scaler_update_kernel<>, 1, 1, 0, stream_, state_.get(), interval_, growth_, backoff_),
+    detail::launched(cuda::device::launch(detail::scaler_update_kernel<>, 1, 1, 0, stream_, state_.get(), interval_, growth_, backoff_),
                      "fused::loss_scaler::update");
   }
   rules::scaler_state read() const {
@@ -106,7 +106,7 @@ inline void round_into(const float* master, float* model, std::int64_t n, bool b
   if (n < 0 || (n > 0 && (master == nullptr || model == nullptr)))
     raise(errc::invalid_argument, "fused::round_into: n < 0, or a null buffer");
   if (n == 0) return;
-  detail::launched(gpu::launch(detail::round_kernel<>, detail::blocks_for(n), detail::threads, 0, stream, master, model, n, bf16),
+  detail::launched(cuda::device::launch(detail::round_kernel<>, detail::blocks_for(n), detail::threads, 0, stream, master, model, n, bf16),
                    "fused::round_into");
 }
 
@@ -124,7 +124,7 @@ public:
   // given and its last update() saw an overflow (the step count then stays).
   void step(double lr, const loss_scaler* scaler = nullptr) {
     if (p_.n == 0) return;
-    detail::launched(gpu::launch(detail::begin_step<>, 1, 1, 0, stream_, record_.get(),
+    detail::launched(cuda::device::launch(detail::begin_step<>, 1, 1, 0, stream_, record_.get(),
                                  scaler ? scaler->device_state() : nullptr, beta1_, beta2_),
                      "fused optimizer: begin_step");
     update(lr);
@@ -206,7 +206,7 @@ protected:
     rules::sgd_args a = a_;
     a.lr = lr;
     T* buf = this->state_.empty() ? this->p_.value : this->state_[0].get(); // unused without momentum
-    detail::launched(gpu::launch(detail::sgd_kernel<T>, detail::blocks_for(this->p_.n), detail::threads, 0, this->stream_,
+    detail::launched(cuda::device::launch(detail::sgd_kernel<T>, detail::blocks_for(this->p_.n), detail::threads, 0, this->stream_,
                                  this->p_.value, static_cast<const T*>(this->p_.grad), buf, this->p_.n, a,
                                  static_cast<const detail::step_state*>(this->record_.get())),
                      "fused::sgd");
@@ -228,7 +228,7 @@ protected:
   void update(double lr) override {
     rules::adam_args a = a_;
     a.lr = lr;
-    detail::launched(gpu::launch(detail::adam_kernel<T>, detail::blocks_for(this->p_.n), detail::threads, 0, this->stream_,
+    detail::launched(cuda::device::launch(detail::adam_kernel<T>, detail::blocks_for(this->p_.n), detail::threads, 0, this->stream_,
                                  this->p_.value, static_cast<const T*>(this->p_.grad), this->state_[0].get(),
                                  this->state_[1].get(), this->p_.n, a, static_cast<const detail::step_state*>(this->record_.get())),
                      "fused::adam");
@@ -281,16 +281,16 @@ protected:
   void update(double lr) override {
     const auto* rec = static_cast<const detail::step_state*>(this->record_.get());
     const T* g = this->p_.grad;
-    detail::launched(gpu::launch(detail::lamb_sums<T>, unsigned(chunks_), detail::threads, 0, this->stream_,
+    detail::launched(cuda::device::launch(detail::lamb_sums<T>, unsigned(chunks_), detail::threads, 0, this->stream_,
                                  static_cast<const T*>(this->p_.value), g, static_cast<const T*>(this->state_[0].get()),
                                  static_cast<const T*>(this->state_[1].get()), static_cast<const std::int64_t*>(chunk_begin_.get()),
                                  partial_.get(), a_, rec),
                      "fused::lamb (sums)");
-    detail::launched(gpu::launch(detail::lamb_trust_kernel<>, detail::blocks_for(std::int64_t(tensors_)), detail::threads, 0,
+    detail::launched(cuda::device::launch(detail::lamb_trust_kernel<>, detail::blocks_for(std::int64_t(tensors_)), detail::threads, 0,
                                  this->stream_, static_cast<const double*>(partial_.get()),
                                  static_cast<const std::int64_t*>(first_chunk_.get()), std::int64_t(tensors_), trust_.get(), rec),
                      "fused::lamb (trust)");
-    detail::launched(gpu::launch(detail::lamb_apply<T>, unsigned(chunks_), detail::threads, 0, this->stream_, this->p_.value, g,
+    detail::launched(cuda::device::launch(detail::lamb_apply<T>, unsigned(chunks_), detail::threads, 0, this->stream_, this->p_.value, g,
                                  this->state_[0].get(), this->state_[1].get(), static_cast<const std::int64_t*>(chunk_begin_.get()),
                                  static_cast<const std::int64_t*>(chunk_tensor_.get()), static_cast<const double*>(trust_.get()), lr,
                                  a_, rec),
@@ -318,13 +318,13 @@ public:
   void clip(double max_norm) {
     if (!(max_norm > 0)) raise(errc::invalid_argument, "fused::grad_clipper::clip: max_norm must be > 0");
     if (n_ == 0) return;
-    detail::launched(gpu::launch(detail::square_sums<T>, unsigned(chunks_), detail::threads, 0, stream_,
+    detail::launched(cuda::device::launch(detail::square_sums<T>, unsigned(chunks_), detail::threads, 0, stream_,
                                  static_cast<const T*>(g_), n_, partial_.get()),
                      "fused::grad_clipper (sums)");
-    detail::launched(gpu::launch(detail::clip_factor<>, 1, 1, 0, stream_, static_cast<const double*>(partial_.get()),
+    detail::launched(cuda::device::launch(detail::clip_factor<>, 1, 1, 0, stream_, static_cast<const double*>(partial_.get()),
                                  std::int64_t(chunks_), max_norm, out_.get()),
                      "fused::grad_clipper (norm)");
-    detail::launched(gpu::launch(detail::clip_apply<T>, detail::blocks_for(n_), detail::threads, 0, stream_, g_, n_,
+    detail::launched(cuda::device::launch(detail::clip_apply<T>, detail::blocks_for(n_), detail::threads, 0, stream_, g_, n_,
                                  static_cast<const double*>(out_.get())),
                      "fused::grad_clipper (scale)");
   }

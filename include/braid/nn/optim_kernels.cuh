@@ -13,7 +13,7 @@
 
 #include "../core/error.hpp"
 #include "../cuda/check.cuh"
-#include "../cuda/kernel.cuh"
+#include "../cuda/device/kernel.cuh"
 #include "rules.hpp"
 
 namespace braid::nn::fused {
@@ -42,8 +42,8 @@ inline unsigned blocks_for(std::int64_t n) {
   const std::int64_t b = (n + threads - 1) / threads;
   return b < 1 ? 1u : b > max_blocks ? max_blocks : unsigned(b);
 }
-BRAID_DEVICE std::int64_t first_index() { return std::int64_t(gpu::block_index()) * threads + gpu::thread_index(); }
-BRAID_DEVICE std::int64_t stride() { return std::int64_t(gpu::grid_size()) * threads; }
+BRAID_DEVICE std::int64_t first_index() { return std::int64_t(cuda::device::block_index()) * threads + cuda::device::thread_index(); }
+BRAID_DEVICE std::int64_t stride() { return std::int64_t(cuda::device::grid_size()) * threads; }
 
 // The kernels that need no type parameter are templates all the same (template <int = 0>): a
 // template has vague linkage, so this header can be included by several translation units of one
@@ -81,16 +81,16 @@ BRAID_KERNEL_BOUNDED(threads) void adam_kernel(T* w, const T* g, T* m, T* v, std
 BRAID_DEVICE void block_sum2(double& x, double& y) {
   BRAID_SHARED double sx[threads];
   BRAID_SHARED double sy[threads];
-  const unsigned t = gpu::thread_index();
+  const unsigned t = cuda::device::thread_index();
   sx[t] = x;
   sy[t] = y;
-  gpu::sync_block();
+  cuda::device::sync_block();
   for (unsigned h = threads / 2; h > 0; h /= 2) {
     if (t < h) {
       sx[t] += sx[t + h];
       sy[t] += sy[t + h];
     }
-    gpu::sync_block();
+    cuda::device::sync_block();
   }
   x = sx[0];
   y = sy[0];
@@ -103,15 +103,15 @@ BRAID_KERNEL_BOUNDED(threads) void lamb_sums(const T* w, const T* g, const T* m,
   if (s->skip) return;
   a.c1 = s->c1;
   a.c2 = s->c2;
-  const unsigned c = gpu::block_index();
+  const unsigned c = cuda::device::block_index();
   double ws = 0, rs = 0;
-  for (std::int64_t j = chunk_begin[c] + gpu::thread_index(); j < chunk_begin[c + 1]; j += threads) {
+  for (std::int64_t j = chunk_begin[c] + cuda::device::thread_index(); j < chunk_begin[c + 1]; j += threads) {
     const rules::lamb_step st = rules::lamb(w[j], g[j], m[j], v[j], a);
     ws += double(w[j]) * double(w[j]);
     rs += st.r * st.r;
   }
   block_sum2(ws, rs);
-  if (gpu::thread_index() == 0) {
+  if (cuda::device::thread_index() == 0) {
     partial[2 * c] = ws;
     partial[2 * c + 1] = rs;
   }
@@ -139,9 +139,9 @@ BRAID_KERNEL_BOUNDED(threads) void lamb_apply(T* w, const T* g, T* m, T* v, cons
   if (s->skip) return;
   a.c1 = s->c1;
   a.c2 = s->c2;
-  const unsigned c = gpu::block_index();
+  const unsigned c = cuda::device::block_index();
   const double f = lr * trust[chunk_tensor[c]];
-  for (std::int64_t j = chunk_begin[c] + gpu::thread_index(); j < chunk_begin[c + 1]; j += threads) {
+  for (std::int64_t j = chunk_begin[c] + cuda::device::thread_index(); j < chunk_begin[c + 1]; j += threads) {
     const rules::lamb_step st = rules::lamb(w[j], g[j], m[j], v[j], a);
     m[j] = T(st.m);
     v[j] = T(st.v);
@@ -152,12 +152,12 @@ BRAID_KERNEL_BOUNDED(threads) void lamb_apply(T* w, const T* g, T* m, T* v, cons
 // Clipping, pass 1: per chunk of the whole buffer, the sum of g^2.
 template <class T>
 BRAID_KERNEL_BOUNDED(threads) void square_sums(const T* g, std::int64_t n, double* partial) {
-  const std::int64_t begin = std::int64_t(gpu::block_index()) * chunk;
+  const std::int64_t begin = std::int64_t(cuda::device::block_index()) * chunk;
   const std::int64_t end = begin + chunk < n ? begin + chunk : n;
   double x = 0, unused = 0;
-  for (std::int64_t j = begin + gpu::thread_index(); j < end; j += threads) x += double(g[j]) * double(g[j]);
+  for (std::int64_t j = begin + cuda::device::thread_index(); j < end; j += threads) x += double(g[j]) * double(g[j]);
   block_sum2(x, unused);
-  if (gpu::thread_index() == 0) partial[gpu::block_index()] = x;
+  if (cuda::device::thread_index() == 0) partial[cuda::device::block_index()] = x;
 }
 // Clipping, pass 2: the norm (chunk sums in order) and the factor: max_norm / (norm + 1e-6) when the
 // norm exceeds max_norm, else 1 (torch.nn.utils.clip_grad_norm_'s rule, as nn::clip_grad_norm).
@@ -179,7 +179,7 @@ template <int = 0> BRAID_KERNEL_BOUNDED(threads) void unscale_kernel(float* g, s
   bool bad = false;
   for (std::int64_t j = first_index(); j < n; j += stride())
     if (!rules::unscale(g[j], bf16, inv)) bad = true;
-  if (bad) gpu::atomic_ref<std::int32_t, gpu::scope::device>(s->overflow).store(1, gpu::memory_order::relaxed);
+  if (bad) cuda::device::atomic_ref<std::int32_t, cuda::device::scope::device>(s->overflow).store(1, cuda::device::memory_order::relaxed);
 }
 template <int = 0> BRAID_KERNEL_BOUNDED(1) void scaler_update_kernel(rules::scaler_state* s, int interval, double growth, double backoff) {
   rules::scaler_update(*s, s->overflow != 0, interval, growth, backoff);
@@ -190,7 +190,7 @@ template <int = 0> BRAID_KERNEL_BOUNDED(threads) void round_kernel(const float* 
 }
 
 inline void launched(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) cuda_detail::raise_cuda(e, what, __FILE__, __LINE__);
+  if (e != cudaSuccess) cuda::detail::raise_cuda(e, what, __FILE__, __LINE__);
 }
 
 // A device allocation owned by one object (cudaMalloc; freed by the destructor, errors ignored there).

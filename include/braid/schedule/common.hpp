@@ -236,7 +236,7 @@ BRAID_HD constexpr chunk_span chunk_at(collective coll, std::uint64_t len, std::
 namespace braid::schedule {
 
 // ---- from chunks to memory -----------------------------------------------------------------------
-// What both executors (transport/host/executor.hpp and cuda/executor.cuh) do with a schedule's chunk
+// What both executors (host/executor.hpp and cuda/device/executor.cuh) do with a schedule's chunk
 // numbers, written once so that the CPU and the GPU cannot place data differently.
 
 // Element alignment of chunk boundaries: 64 bytes where the element size allows it.

@@ -7,7 +7,7 @@
 
 #include <c10/util/Exception.h>
 
-#include <braid/bootstrap/unique_id.hpp>
+#include <braid/host/rendezvous/unique_id.hpp>
 
 #include "cuda_path.hpp"
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <type_traits>
 
-#include <braid/cuda/process.cuh>
+#include <braid/cuda/process/communicator.cuh>
 
 namespace braid_torch::gpu {
 

@@ -28,8 +28,8 @@ using reducer = braid::nn::fused::bucket_reducer<braid::cuda::communicator>;
 
 // g[j] (+)= scale * (j % 7 + 1) over [begin, end): each rank's synthetic gradient.
 BRAID_KERNEL void produce(float* g, std::int64_t begin, std::int64_t end, float scale, bool add) {
-  for (std::int64_t j = begin + std::int64_t(braid::gpu::block_index()) * braid::gpu::block_size() + braid::gpu::thread_index();
-       j < end; j += std::int64_t(braid::gpu::grid_size()) * braid::gpu::block_size()) {
+  for (std::int64_t j = begin + std::int64_t(braid::cuda::device::block_index()) * braid::cuda::device::block_size() + braid::cuda::device::thread_index();
+       j < end; j += std::int64_t(braid::cuda::device::grid_size()) * braid::cuda::device::block_size()) {
     const float v = scale * float(j % 7 + 1);
     g[j] = add ? g[j] + v : v;
   }
@@ -97,7 +97,7 @@ struct fixture {
 
 void launch_produce(rank_state& s, std::size_t b, float scale, bool add) {
   const std::int64_t lo = bounds[b], hi = b + 1 < bounds.size() ? bounds[b + 1] : n;
-  REQUIRE(braid::gpu::launch(produce, 4, 128, 0, s.compute, s.grad, lo, hi, scale, add) == cudaSuccess);
+  REQUIRE(braid::cuda::device::launch(produce, 4, 128, 0, s.compute, s.grad, lo, hi, scale, add) == cudaSuccess);
 }
 
 // The average over the two ranks of scale_r * (j % 7 + 1), with scale_r = (r + 1) * f.

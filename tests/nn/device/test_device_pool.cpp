@@ -10,7 +10,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
-#include <braid/cuda/kernel.cuh>
+#include <braid/cuda/device/kernel.cuh>
 #include <braid/cuda/runtime.cuh>
 #include <braid/nn/device_pool.cuh>
 
@@ -24,7 +24,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using u64 = unsigned long long;
-namespace gpu = braid::gpu;
+namespace gpu = braid::cuda::device;
 using braid::nn::device_pool;
 using braid::nn::pool_stats;
 

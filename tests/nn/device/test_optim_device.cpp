@@ -184,13 +184,13 @@ template <class T> void exact_rules() {
 
 // A kernel that holds its stream until the host sets *gate (or 10 s pass: then *timed_out).
 BRAID_KERNEL void hold(int* gate, int* timed_out) {
-  const std::uint64_t end = braid::gpu::clock_ns() + 10'000'000'000ull;
-  while (braid::gpu::atomic_ref<int, braid::gpu::scope::system>(*gate).load(braid::gpu::memory_order::acquire) == 0) {
-    if (braid::gpu::clock_ns() > end) {
+  const std::uint64_t end = braid::cuda::device::clock_ns() + 10'000'000'000ull;
+  while (braid::cuda::device::atomic_ref<int, braid::cuda::device::scope::system>(*gate).load(braid::cuda::device::memory_order::acquire) == 0) {
+    if (braid::cuda::device::clock_ns() > end) {
       *timed_out = 1;
       return;
     }
-    braid::gpu::sleep_ns(1000);
+    braid::cuda::device::sleep_ns(1000);
   }
 }
 
@@ -307,14 +307,14 @@ TEST_CASE("fused optimizer steps are enqueued: step() returns while the stream i
   EMU_OK(cudaMallocHost(reinterpret_cast<void**>(&gate), 2 * sizeof(int)));
   gate[0] = gate[1] = 0;
   const std::vector<float> before = w.download(w.dev.value);
-  REQUIRE(braid::gpu::launch(hold, 1, 1, 0, w.stream, gate, gate + 1) == cudaSuccess);
+  REQUIRE(braid::cuda::device::launch(hold, 1, 1, 0, w.stream, gate, gate + 1) == cudaSuccess);
   s.unscale(w.dev.grad, w.dev.n, true);
   s.update();
   c.clip(1.0);
   d.step(0.1, &s);
   l.step(0.1, &s);
   CHECK(cudaStreamQuery(w.stream) == cudaErrorNotReady); // everything above returned with the stream held
-  braid::gpu::atomic_ref<int, braid::gpu::scope::system>(gate[0]).store(1, braid::gpu::memory_order::release);
+  braid::cuda::device::atomic_ref<int, braid::cuda::device::scope::system>(gate[0]).store(1, braid::cuda::device::memory_order::release);
   EMU_OK(cudaStreamSynchronize(w.stream));
   CHECK(gate[1] == 0);
   CHECK(d.steps() == 1);

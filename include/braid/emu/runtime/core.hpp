@@ -255,7 +255,7 @@ private:
 namespace braid::emu {
 
 // Launches `kernel` on `grid` blocks of `block` threads on `stream` (stream-ordered, like <<<>>>):
-// the emulated side of braid::gpu::launch. Returns what cudaGetLastError would after a launch.
+// the emulated side of braid::cuda::device::launch. Returns what cudaGetLastError would after a launch.
 // A cooperative launch (cudaLaunchCooperativeKernel): refused with cudaErrorCooperativeLaunchTooLarge
 // when the grid cannot be resident all at once on an idle device; otherwise its blocks start only
 // together, when the device has room for all of them.
