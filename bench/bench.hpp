@@ -120,6 +120,7 @@ struct config {
   bool cuda_procs = false;   // --procs N (cuda, nccl): ranks are processes (braid::cuda::process_communicator, NCCL)
   int cuda_blocks = 0;       // --blocks N (cuda): group_options::max_blocks_per_rank (0: its default)
   int cuda_threads = 0;      // --threads N (cuda): group_options::threads_per_block (0: its default)
+  bool streams_order = false; // --order streams (cuda): group_options::order = call_order::streams
   std::int64_t zero_copy_min = -1; // --zero-copy-min N (threads): options::zero_copy_min_bytes (-1: its default)
 };
 

@@ -76,6 +76,8 @@ void print_help(const char* argv0) {
       "      --blocks N        with --backend cuda: at most N blocks per rank (group_options::\n"
       "                        max_blocks_per_rank; default: half the SMs shared by the GPU's ranks)\n"
       "      --threads N       with --backend cuda: threads per block, 32..512 [512]\n"
+      "      --order O         with --backend cuda: who orders a rank's calls, braid or streams\n"
+      "                        (group_options::order; streams: a call is its launch) [braid]\n"
       "      --enqueue-time    with --backend cuda or nccl: also the host's time from a call to its return\n"
       "                        (every rank's part of it), per call, beside the time per call\n"
       "      --graph           with --backend cuda or nccl: also n calls captured once in CUDA\n"
@@ -266,6 +268,9 @@ int parse_args(int argc, char** argv, config& cfg) {
       else if (v == "none") cfg.bind = 0;
       else if (v == "auto") cfg.bind = -1;
       else return bad("--bind needs core, none or auto");
+    } else if (a == "--order") {
+      if (v != "braid" && v != "streams") return bad("--order needs braid or streams");
+      cfg.streams_order = v == "streams";
     } else if (a == "--blocks") {
       if (!parse_int(v, cfg.cuda_blocks) || cfg.cuda_blocks < 1 || cfg.cuda_blocks > 1024) return bad("--blocks needs 1..1024");
     } else if (a == "--threads") {
@@ -290,8 +295,8 @@ int parse_args(int argc, char** argv, config& cfg) {
     return bad("--enqueue-time times the one-process CUDA harness: --backend cuda or nccl, without --procs or --kernel");
   if (cfg.graph && ((cfg.backend != backend_kind::cuda && cfg.backend != backend_kind::nccl) || cfg.cuda_procs || cfg.kernel))
     return bad("--graph captures the one-process CUDA harness: --backend cuda or nccl, without --procs or --kernel");
-  if ((cfg.cuda_blocks || cfg.cuda_threads) && (cfg.backend != backend_kind::cuda || cfg.cuda_procs || cfg.kernel))
-    return bad("--blocks and --threads shape the one-process CUDA group: --backend cuda without --procs or --kernel");
+  if ((cfg.cuda_blocks || cfg.cuda_threads || cfg.streams_order) && (cfg.backend != backend_kind::cuda || cfg.cuda_procs || cfg.kernel))
+    return bad("--blocks, --threads and --order shape the one-process CUDA group: --backend cuda without --procs or --kernel");
   if (cfg.cuda_procs && cfg.backend != backend_kind::cuda && cfg.backend != backend_kind::nccl)
     return bad("--procs needs --backend cuda or nccl");
   if (cfg.cuda_procs && (cfg.colls != std::vector<collective>{collective::all_reduce} ||

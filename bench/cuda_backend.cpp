@@ -148,9 +148,10 @@ protected:
 
 class braid_engine final : public engine {
 public:
-  braid_engine(const std::vector<int>& devices, std::chrono::nanoseconds timeout, int threads, int max_blocks)
-      : devices_(devices), g_(gt::make_group(devices, timeout, 0, threads, max_blocks)) {
+  braid_engine(const std::vector<int>& devices, std::chrono::nanoseconds timeout, int threads, int max_blocks, bool by_streams)
+      : devices_(devices), g_(gt::make_group(devices, timeout, 0, threads, max_blocks, by_streams)) {
     std::printf("# grid: %d blocks of %d threads per rank\n", gt::blocks_per_rank(*g_), gt::threads_per_block(*g_));
+    std::printf("# calls ordered by %s\n", by_streams ? "the streams (call_order::streams)" : "braid (call_order::braid)");
   }
   const char* name() const override { return "cuda"; }
   bool has(collective c, dtype t, op_kind k, algo) const override {
@@ -676,7 +677,7 @@ int run_cuda_backend(const config& cfg, std::chrono::nanoseconds timeout, bool n
         std::fprintf(stderr, "braid-bench: --backend nccl: NCCL was not found when this braid-bench was built\n");
         return exit_usage;
       }
-      e = std::make_unique<braid_engine>(devices, timeout, cfg.cuda_threads, cfg.cuda_blocks);
+      e = std::make_unique<braid_engine>(devices, timeout, cfg.cuda_threads, cfg.cuda_blocks, cfg.streams_order);
     }
     cuda_runner runner(cfg, *e, devices);
     return runner.run();

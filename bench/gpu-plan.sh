@@ -12,7 +12,8 @@
 #
 # Step (limit, expected):
 #   test    the GPU regression: test_gpu, test_gpu_procs (170 s; 2.5 min: 2026-11-27's H200 run)
-#   nccl    braid and NCCL, all_reduce float sum, 2 ranks on the one GPU, 8 B-256 MiB, -c 1 (150 s; 2 min)
+#   nccl    braid and NCCL, all_reduce float sum, 2 ranks on the one GPU, 8 B-256 MiB, -c 1, and braid
+#           with --order streams (call_order::streams) to 16 MiB (150 s + 2 x 20 s; 2.5 min)
 #   ranks   braid alone at 4 and 8 ranks, same sizes (120 s; 1.5 min)
 #   rounds  braid at 2 ranks, 32-256 MiB, default staging (8 MiB) against 64 MiB: out-of-place calls of
 #           ranks on one GPU run one round now, so the two should match (docs/gpu-kernels.md predicts
@@ -25,7 +26,7 @@
 #           the device path where processes share a GPU), -c 1, BRAID_TIMEOUT=20; the daemon quit on
 #           every exit path; compute mode read before and after, never set (120 s; 1.5 min)
 # Every timed row also prints --enqueue-time's host time and --graph's replay time per call.
-# Sum of the expected minutes: 11.5, plus the start: about 13 of the window's 15 (drop torch or mps
+# Sum of the expected minutes: 12, plus the start: about 13.5 of the window's 15 (drop torch or mps
 # if the start is slow).
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
@@ -69,6 +70,9 @@ if want nccl; then
   # kernels of its processes would wait for each other until killed.
   for pass in 1 2; do
     run "braid pass $pass" 35 env BRAID_TIMEOUT=30 "$bench_bin" all_reduce "${sizes[@]}" -np 2 --backend cuda
+    # call_order::streams: a call is its launch (no event, no query).
+    run "braid streams-order pass $pass" 25 env BRAID_TIMEOUT=30 "$bench_bin" all_reduce -d float -o sum -b 8 -e 16M -f 4 -n 20 -w 5 -c 1 \
+      --enqueue-time --graph -np 2 --backend cuda --order streams
     if [ -f "$dir/nccl/libnccl.so.2.gz" ]; then
       run "nccl pass $pass" 35 env NCCL_MULTI_RANK_GPU_ENABLE=1 "$bench_bin" all_reduce "${sizes[@]}" -np 2 --backend nccl
     else

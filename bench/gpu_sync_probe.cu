@@ -42,18 +42,18 @@ namespace {
   } while (0)
 
 struct probe_args {
-  u64* progress;  // [2], one per side
-  u64* arrivals;  // [2][K+1]
-  device_abort* abort;
-  unsigned blocks; // per side
-  int steps;
-  int mode;        // probe_lock | probe_acq | probe_sys | probe_bar | probe_round (0: post only)
-  u64* words;      // [4]: each side's "call word" and "in_desc" (read by the other side: probe_sys)
-  u64* round_word; // [2]: rounds completed by each side (probe_round)
-  u64* round_arr;  // [2][steps / 32 + 1]: round-end arrivals
-  const float* src[2];
-  float* dst[2];
-  std::uint64_t copy_count; // floats per step (0: no copy)
+  u64* progress = nullptr;   // [2], one per side
+  u64* arrivals = nullptr;   // [2][K+1]
+  device_abort* abort = nullptr;
+  unsigned blocks = 0;       // per side
+  int steps = 0;
+  int mode = 0;              // probe_lock | probe_acq | probe_sys | probe_bar | probe_round (0: post only)
+  u64* words = nullptr;      // [4]: each side's "call word" and "in_desc" (read by the other side: probe_sys)
+  u64* round_word = nullptr; // [2]: rounds completed by each side (probe_round)
+  u64* round_arr = nullptr;  // [2][steps / 32 + 1]: round-end arrivals
+  const float* src[2] = {};
+  float* dst[2] = {};
+  std::uint64_t copy_count = 0; // floats per step (0: no copy)
 };
 
 enum : int { probe_lock = 1, probe_acq = 2, probe_sys = 4, probe_bar = 8, probe_round = 16 };
@@ -138,16 +138,15 @@ double run(unsigned blocks, int steps, int mode, std::uint64_t copy_bytes, const
   CK(cudaMalloc(&round_word, 2 * sizeof(u64)));
   CK(cudaMalloc(&round_arr, nround_arr * sizeof(u64)));
   CK(cudaMemset(words, 0, 4 * sizeof(u64)));
-  probe_args a{};
-  a.progress = progress;
-  a.arrivals = arrivals;
-  a.abort = ab;
-  a.blocks = blocks;
-  a.steps = steps;
-  a.mode = mode;
-  a.words = words;
-  a.round_word = round_word;
-  a.round_arr = round_arr;
+  probe_args a{.progress = progress,
+               .arrivals = arrivals,
+               .abort = ab,
+               .blocks = blocks,
+               .steps = steps,
+               .mode = mode,
+               .words = words,
+               .round_word = round_word,
+               .round_arr = round_arr};
   for (int s = 0; s < 2; ++s) {
     a.src[s] = buf[static_cast<std::size_t>(2 * s)];
     a.dst[s] = buf[static_cast<std::size_t>(2 * s + 1)];

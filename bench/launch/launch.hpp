@@ -31,9 +31,11 @@ struct group;
 // create_group(devices) with the given per-wait timeout and staging memory per rank (0: what
 // options::from_env() says: BRAID_TIMEOUT or 300 s, BRAID_STAGING_BYTES or 8 MiB). Raises what
 // create_group raises.
-// threads_per_block / max_blocks_per_rank: group_options' fields (0: their defaults).
+// threads_per_block / max_blocks_per_rank: group_options' fields (0: their defaults). by_streams:
+// group_options::order = call_order::streams (the caller's streams order a rank's calls).
 std::shared_ptr<group> make_group(const std::vector<int>& devices, std::chrono::nanoseconds timeout = {},
-                                  std::size_t staging_bytes = 0, int threads_per_block = 0, int max_blocks_per_rank = 0);
+                                  std::size_t staging_bytes = 0, int threads_per_block = 0, int max_blocks_per_rank = 0,
+                                  bool by_streams = false);
 
 // The launch shape the group's kernels use (every rank's kernel: the same grid).
 int blocks_per_rank(const group& g);

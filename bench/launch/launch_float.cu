@@ -12,8 +12,9 @@
 namespace braid::gpu_launch {
 
 std::shared_ptr<group> make_group(const std::vector<int>& devices, std::chrono::nanoseconds timeout,
-                                  std::size_t staging_bytes, int threads_per_block, int max_blocks_per_rank) {
+                                  std::size_t staging_bytes, int threads_per_block, int max_blocks_per_rank, bool by_streams) {
   braid::cuda::group_options o; // base = options::from_env()
+  if (by_streams) o.order = braid::cuda::call_order::streams;
   if (timeout.count() > 0) o.base.with_timeout(timeout);
   if (staging_bytes) o.base.staging_bytes = staging_bytes;
   if (threads_per_block > 0) o.threads_per_block = threads_per_block;
@@ -39,18 +40,7 @@ void bracket::end() {
   ended = true;
   group_end();
 }
-bracket::~bracket() noexcept(false) {
-  if (ended) return;
-  ended = true;
-  if (std::uncaught_exceptions() > uncaught) {
-    try {
-      group_end();
-    } catch (...) {
-    }
-    return;
-  }
-  group_end();
-}
+bracket::~bracket() noexcept(false) { braid::cuda::enqueue::end_scope(ended, uncaught); }
 
 int size(const group& g) { return static_cast<int>(g.comms.size()); }
 bool reads_in_place(const group& g, int rank, const void* p) { return g.comms.at(static_cast<std::size_t>(rank)).reads_in_place(p); }

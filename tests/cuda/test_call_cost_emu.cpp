@@ -79,9 +79,11 @@ struct buffers {
 
 // Runtime calls per all_reduce per rank, one thread enqueuing every rank of a one-process group
 // (inside a group_scope, as ranks sharing a GPU need); `one_stream`: every rank on rank 0's stream.
-cost one_thread(const std::vector<int>& devices, bool one_stream) {
+cost one_thread(const std::vector<int>& devices, bool one_stream, braid::cuda::call_order order = braid::cuda::call_order::braid) {
   const int n = static_cast<int>(devices.size());
-  auto comms = braid::cuda::create_group(devices);
+  braid::cuda::group_options o;
+  o.order = order;
+  auto comms = braid::cuda::create_group(devices, o);
   std::vector<std::unique_ptr<buffers>> b;
   for (int d : devices) b.push_back(std::make_unique<buffers>(d));
   auto call = [&] {
@@ -107,10 +109,12 @@ cost one_thread(const std::vector<int>& devices, bool one_stream) {
 
 // Runtime calls per all_reduce per rank of a one-process group with a GPU per rank, each rank
 // enqueued by a thread of its own with its GPU current (as a program with a thread per GPU does).
-cost thread_per_rank(int n) {
+cost thread_per_rank(int n, braid::cuda::call_order order = braid::cuda::call_order::braid) {
   std::vector<int> devices;
   for (int r = 0; r < n; ++r) devices.push_back(r);
-  auto comms = braid::cuda::create_group(devices);
+  braid::cuda::group_options o;
+  o.order = order;
+  auto comms = braid::cuda::create_group(devices, o);
   std::vector<cost> per(static_cast<std::size_t>(n));
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
@@ -138,12 +142,14 @@ cost thread_per_rank(int n) {
 
 // Runtime calls per all_reduce on each rank of a process_communicator whose ranks are threads
 // (device r of each rank given by `device_of`), counted around the calls alone.
-std::vector<cost> process_ranks(int n, int (*device_of)(int), braid::cuda::process_path path) {
+std::vector<cost> process_ranks(int n, int (*device_of)(int), braid::cuda::process_path path,
+                                braid::cuda::call_order order = braid::cuda::call_order::braid) {
   std::vector<cost> per(static_cast<std::size_t>(n));
   braid::run_threads(n, [&](braid::communicator& host) {
     const int r = host.rank();
     braid::cuda::process_options o;
     o.path = path;
+    o.order = order;
     braid::cuda::process_communicator comm(std::move(host), device_of(r), o);
     buffers x(device_of(r));
     for (int i = 0; i < warm; ++i) comm.all_reduce(x.in, x.out, count, braid::sum<>{}, x.stream);
@@ -224,6 +230,54 @@ TEST_CASE("runtime calls per collective: process_communicator, host path (ranks 
     report("process_communicator host path, 2 ranks on 1 GPU", c, 13);
     CHECK(c["cudaLaunchKernel"] == doctest::Approx(1));
   }
+}
+
+// call_order::streams: the caller's streams order a rank's calls, and a call is its launch.
+constexpr auto by_streams = braid::cuda::call_order::streams;
+
+TEST_CASE("runtime calls per collective, call_order::streams: a GPU per rank, a thread per rank") {
+  // The launch and nothing else.
+  const cost c = thread_per_rank(2, by_streams);
+  report("streams order: one process, 2 ranks on 2 GPUs, a thread each", c, 1);
+  CHECK(c[coop] == doctest::Approx(1));
+  CHECK(c.calls == doctest::Approx(1));
+}
+
+TEST_CASE("runtime calls per collective, call_order::streams: process_communicator device path") {
+  for (const cost& c : process_ranks(2, [](int r) { return r; }, braid::cuda::process_path::device, by_streams)) {
+    report("streams order: process_communicator device path, 2 ranks on 2 GPUs", c, 1);
+    CHECK(c[coop] == doctest::Approx(1));
+    CHECK(c.calls == doctest::Approx(1));
+  }
+}
+
+TEST_CASE("runtime calls per collective, call_order::streams: ranks sharing a GPU") {
+  // One launch for both ranks, nothing else, where they give one stream: 0.5 per rank.
+  const cost one = one_thread({0, 0}, true, by_streams);
+  report("streams order: one process, 2 ranks on 1 GPU, one stream", one, 0.5);
+  CHECK(one[coop] == doctest::Approx(0.5));
+  CHECK(one.calls == doctest::Approx(0.5));
+  // A stream each: the launch, and the events that join the other rank's stream to it (a record and
+  // a wait) and back (a record and a wait): 5 per call, 2.5 per rank.
+  const cost two = one_thread({0, 0}, false, by_streams);
+  report("streams order: one process, 2 ranks on 1 GPU, a stream each", two, 2.5);
+  CHECK(two[coop] == doctest::Approx(0.5));
+  CHECK(two["cudaEventRecord"] == doctest::Approx(1));
+  CHECK(two["cudaStreamWaitEvent"] == doctest::Approx(1));
+  CHECK(two.calls == doctest::Approx(2.5));
+}
+
+TEST_CASE("runtime calls per collective, call_order::streams: one thread for two GPUs makes each current for its launch") {
+  // The thread's current device is GPU 1 (the last it set up): rank 1's call is its launch; rank 0's
+  // launch is refused there (the stream is GPU 0's) and made again with GPU 0 current: the refused
+  // launch, the device's query, the switch there and back, the launch (6 per call, 3 per rank). The
+  // results are checked by the sweep in test_gpu.cpp.
+  const cost c = one_thread({0, 1}, false, by_streams);
+  report("streams order: one process, 2 ranks on 2 GPUs, one thread", c, 3);
+  CHECK(c["cudaSetDevice"] == doctest::Approx(1));
+  CHECK(c[coop] == doctest::Approx(1.5)); // one refused
+  CHECK(c["cudaStreamWaitEvent"] == 0);
+  CHECK(c["cudaEventRecord"] == 0);
 }
 
 TEST_CASE("the launch waits for the group's previous launch exactly where its stream does not order it") {

@@ -155,15 +155,17 @@ struct rig {
   std::size_t staging;
   std::vector<int> devices;                    // rank r's GPU
   int threads = 0, max_blocks = 0;             // the group's launch shape (0: defaults)
+  bool by_streams = false;                     // call_order::streams
   std::shared_ptr<gt::group> g;
   std::vector<void*> in, out;                  // per rank, `bytes` each, on the rank's GPU
   std::vector<std::vector<unsigned char>> img; // per rank host scratch
 
   rig(int nranks, std::size_t buffer_bytes, std::chrono::nanoseconds t, std::size_t staging_bytes = 0,
-      std::vector<int> devs = {}, int threads_per_block = 0, int max_blocks_per_rank = 0)
+      std::vector<int> devs = {}, int threads_per_block = 0, int max_blocks_per_rank = 0, bool streams_order = false)
       : n(nranks), bytes(buffer_bytes), timeout(t), staging(staging_bytes),
         devices(devs.empty() ? sweep_devices(nranks) : std::move(devs)),
-        threads(threads_per_block ? threads_per_block : sweep_threads()), max_blocks(max_blocks_per_rank), in(static_cast<std::size_t>(nranks)),
+        threads(threads_per_block ? threads_per_block : sweep_threads()), max_blocks(max_blocks_per_rank), by_streams(streams_order),
+        in(static_cast<std::size_t>(nranks)),
         out(static_cast<std::size_t>(nranks)), img(static_cast<std::size_t>(nranks)) {
     renew();
     for (int r = 0; r < n; ++r) {
@@ -185,7 +187,7 @@ struct rig {
   // A fresh group (after an error poisoned the old one: every later call would raise it again).
   void renew() {
     g.reset();
-    g = gt::make_group(devices, timeout, staging, threads, max_blocks);
+    g = gt::make_group(devices, timeout, staging, threads, max_blocks, by_streams);
   }
   // Synchronises every device the ranks use, once each (the uploads run on legacy streams).
   void sync_uploads() {
@@ -435,14 +437,7 @@ std::size_t count_wrong_sums(float_buffers& b, int rep, std::string& first) {
 }
 
 gt::call float_all_reduce(const float* in, float* out, std::size_t count) {
-  gt::call c;
-  c.coll = collective::all_reduce;
-  c.type = dtype::float32;
-  c.op = op_kind::sum;
-  c.in = in;
-  c.out = out;
-  c.count = count;
-  return c;
+  return gt::call{.coll = collective::all_reduce, .type = dtype::float32, .op = op_kind::sum, .in = in, .out = out, .count = count};
 }
 
 // Every rank's float all_reduce of b (in -> out), each enqueued from a thread of its own; returns
@@ -546,6 +541,21 @@ TEST_CASE("gpu sweep: 64 KiB staging, many rounds per call (float, every collect
 // Launch shapes and device layouts. A kernel must be right for every launch shape (indexing mistakes
 // hide at the default one): blocks of 3 threads, a grid of 1 block, a grid of 5, the largest block.
 // Ranks share one GPU or are spread over the GPUs (peer access between them).
+// Calls fn(n, spread, devices) for each rank count in `counts`, with every rank on GPU 0 and, where
+// there are two GPUs or more, spread over them (rank r on GPU r % ndev).
+template <class F> void for_each_layout(std::initializer_list<int> counts, int ndev, F&& fn) {
+  for (int n : counts)
+    for (const bool spread : {false, true}) {
+      if (spread && ndev < 2) {
+        MESSAGE("one GPU: the layout with ranks on different GPUs is not run");
+        continue;
+      }
+      std::vector<int> devs(static_cast<std::size_t>(n));
+      for (int r = 0; r < n; ++r) devs[static_cast<std::size_t>(r)] = spread ? r % ndev : 0;
+      fn(n, spread, devs);
+    }
+}
+
 TEST_CASE("gpu sweep: launch shapes and device layouts (float sum, every collective and algorithm)") {
   int ndev = 0;
   GPU_OK(cudaGetDeviceCount(&ndev));
@@ -555,14 +565,7 @@ TEST_CASE("gpu sweep: launch shapes and device layouts (float sum, every collect
   };
   tally t;
   std::vector<std::pair<int, int>> seen; // (threads, blocks) that ran
-  for (int n : {2, 3, 4})
-    for (const bool spread : {false, true}) {
-      if (spread && ndev < 2) {
-        MESSAGE("one GPU: the layout with ranks on different GPUs is not run");
-        continue;
-      }
-      std::vector<int> devs(static_cast<std::size_t>(n));
-      for (int r = 0; r < n; ++r) devs[static_cast<std::size_t>(r)] = spread ? r % ndev : 0;
+  for_each_layout({2, 3, 4}, ndev, [&](int n, bool spread, const std::vector<int>& devs) {
       for (const launch l : {launch{3, 1}, launch{32, 5}, launch{96, 32}, launch{512, 2}}) {
         rig x(n, buffer_bytes(big, n, true, sizeof(float)), sweep_timeout(), 0, devs, l.threads, l.max_blocks);
         const int grid = gt::blocks_per_rank(x.group()), threads = gt::threads_per_block(x.group());
@@ -581,7 +584,7 @@ TEST_CASE("gpu sweep: launch shapes and device layouts (float sum, every collect
               t.add(f.empty() ? f : label.str() + f);
             }
       }
-    }
+  });
   auto ran = [&](int threads, int blocks) {
     return std::any_of(seen.begin(), seen.end(), [&](const std::pair<int, int>& p) {
       return (threads == 0 || p.first == threads) && (blocks == 0 || p.second == blocks);
@@ -593,6 +596,35 @@ TEST_CASE("gpu sweep: launch shapes and device layouts (float sum, every collect
   CHECK_THROWS_AS(gt::make_group({0, 0}, sweep_timeout(), 0, 513), braid::invalid_argument);
   if (ndev >= 2) CHECK_MESSAGE(ran(0, 5), "no group ran a grid of 5 blocks");
   t.report(("launch shapes x layouts, float sum, ranks 2,3,4, count " + std::to_string(big)).c_str());
+}
+
+// call_order::streams: the caller's streams order a rank's calls and braid enqueues the launch alone
+// (in the steady state). Every collective and algorithm at 2 and 3 ranks, on one GPU (a stream per
+// rank: their streams joined to the launch) and spread over the GPUs (nothing joined), in place and
+// not, with this thread's current device GPU 0 whatever the rank's; then 12 ranks on one GPU, whose
+// parts beyond the launch's parameter block are read from host-mapped memory.
+TEST_CASE("gpu sweep: call_order::streams, every collective and algorithm (float sum)") {
+  int ndev = 0;
+  GPU_OK(cudaGetDeviceCount(&ndev));
+  tally t;
+  for_each_layout({2, 3}, ndev, [&](int n, bool spread, const std::vector<int>& devs) {
+      rig x(n, buffer_bytes(5000, n, true, sizeof(float)), sweep_timeout(), 0, devs, 0, 0, true);
+      const std::string label = spread ? "streams order, ranks on GPUs r % " + std::to_string(ndev) + ": " : std::string("streams order, ranks on GPU 0: ");
+      for (collective c : braid::testing::sweep_collectives)
+        for (algo a : algos_for(c))
+          for (const shape& s : {shape{1, 0, false}, shape{1003, 3, true}, shape{5000, 0, false}}) {
+            const std::string f = run_case<float, braid::sum<>>(x, c, a, op_kind::sum, s.count, s.offset, s.in_place);
+            t.add(f.empty() ? f : label + f);
+          }
+  });
+  {
+    rig x(12, buffer_bytes(3000, 12, true, sizeof(float)), sweep_timeout(), 0, std::vector<int>(12, 0), 64, 0, true);
+    for (collective c : braid::testing::sweep_collectives) {
+      const std::string f = run_case<float, braid::sum<>>(x, c, algo::automatic, op_kind::sum, 3000, 0, false);
+      t.add(f.empty() ? f : "streams order, 12 ranks on GPU 0: " + f);
+    }
+  }
+  t.report("call_order::streams, float sum, ranks 2, 3 and 12");
 }
 
 // Misaligned buffers: api.md asks only for alignment to alignof(T). reduce_copy picks its word width
@@ -1465,14 +1497,7 @@ TEST_CASE("gpu bad arguments: raised before anything is launched, the group stay
     CHECK_MESSAGE(cudaStreamQuery(stream_of(*g, 0)) == cudaSuccess, std::string(what) << ": something was enqueued");
   };
   auto call = [&](collective c, const float* i, float* o, std::size_t count, int root = 0, algo a = algo::automatic) {
-    gt::call x;
-    x.coll = c;
-    x.algorithm = a;
-    x.in = i;
-    x.out = o;
-    x.count = count;
-    x.root = root;
-    return x;
+    return gt::call{.coll = c, .algorithm = a, .in = i, .out = o, .count = count, .root = root};
   };
   expect_error("all_reduce, null input", call(collective::all_reduce, nullptr, out, K), errc::invalid_argument);
   expect_error("all_reduce, null output", call(collective::all_reduce, in, nullptr, K), errc::invalid_argument);

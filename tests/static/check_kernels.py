@@ -18,7 +18,8 @@ KERNELS below:
              UNROLL and UNROLL_CAP below), and 128-bit global stores (STG). The loops over sources
              beyond the second (no store) are reported, not asserted: ptxas interleaves their loads
              with the arithmetic (docs/gpu-kernels.md);
-  PTX        the memory scopes of the synchronisation, PTX_RULES below.
+  PTX        the memory scopes of the synchronisation, PTX_RULES below;
+  parameters the bytes of a kernel's parameters within PARAM_BYTES (what every launch copies).
 
 Prints one line per kernel with its figures, then every failure; exits 1 if anything failed, 2 if
 the tools or objects are missing (that fails the CTest test too: where nvcc exists, this check must
@@ -48,6 +49,12 @@ UNROLL = {"braid::half": 4, "braid::bfloat16": 4, "braid::fp8_e4m3": 2, "braid::
 UNROLL_DEFAULT = 8
 # ... at most this many in a kernel (collective_unroll: the collective kernel reduces with 4 at most).
 UNROLL_CAP = {"collective_kernel": 4}
+
+# The most bytes a kernel's parameters may take: (kernels regex, bytes). The collective kernel's are its
+# launch_args (include/braid/cuda/device/executor.cuh: a fixed size, with the parts of up to
+# inline_calls ranks) and the operator; every launch copies them, so they must not grow with the
+# ranks a GPU serves.
+PARAM_BYTES = [("collective_kernel", 512)]
 
 # The synchronisation the kernels are meant to contain, as PTX instructions: (kernels regex, "require"
 # or "forbid", alternatives (each a set of '.'-separated opcode parts that must all appear), why).
@@ -302,17 +309,27 @@ def loads_before_use(body):
 PTX_ENTRY = re.compile(r"^(?:\.visible\s+)?\.entry\s+(\S+?)\(")
 
 
+PTX_PARAM = re.compile(r"^\.param\s+(?:\.align\s+\d+\s+)?\.([busf])(\d+)\s+\S+?(?:\[(\d+)\])?,?$")
+
+
 def ptx_entries(tools, obj):
+    """Each entry's PTX instructions, and the bytes of its parameters (entry -> (ops, param bytes))."""
     out = run([os.path.join(tools, "cuobjdump"), "-ptx", obj])
-    entries, cur = {}, None
+    entries, params, cur, name = {}, {}, None, None
     for line in out.splitlines():
         m = PTX_ENTRY.match(line)
         if m:
-            cur = entries.setdefault(m.group(1), [])
+            name = m.group(1)
+            cur = entries.setdefault(name, [])
+            params[name] = 0
             continue
         if cur is None:
             continue
         s = line.strip()
+        pm = PTX_PARAM.match(s)
+        if pm:
+            params[name] += int(pm.group(2)) // 8 * (int(pm.group(3)) if pm.group(3) else 1)
+            continue
         if not s or s.startswith("//") or s.startswith("."):
             continue
         if s.startswith("@"):
@@ -320,7 +337,7 @@ def ptx_entries(tools, obj):
         op = s.split(None, 1)[0] if s else ""
         if op and op[0].isalpha():
             cur.append(op.rstrip(";"))
-    return entries
+    return entries, params
 
 
 # ---- main ---------------------------------------------------------------------------------------------
@@ -353,7 +370,7 @@ def main():
         for obj in args.objects:
             res = resources(args.tools, obj)
             sass = sass_functions(args.tools, obj, tmp)
-            ptx = ptx_entries(args.tools, obj)
+            ptx, ptx_params = ptx_entries(args.tools, obj)
             names = demangle(set(res) | set(sass) | set(ptx))
             for mangled in sorted(res, key=lambda m: short_name(names.get(m, m))):
                 dm = names.get(mangled, mangled)
@@ -446,21 +463,25 @@ def main():
                     if kind == "forbid" and hits:
                         fails.append(f"PTX: {sum(distinct[o] for o in hits)} x {hits[0]} ({why})")
                 relaxed = sum(c for o, c in distinct.items() if PTX_RELAXED <= parts_of[o])
+                pbytes = ptx_params.get(mangled, 0)
+                for kern, most in PARAM_BYTES:
+                    if re.search(kern, short_name(dm)) and pbytes > most:
+                        fails.append(f"parameters: {pbytes} bytes, more than {most} (PARAM_BYTES)")
                 if loops and not in_flight:
                     fails.append("no iteration loop (a hot loop with a 128-bit store)")
                 rows.append((name, r.get("REG", -1), r.get("STACK", -1), r.get("LOCAL", -1), want, len(loops),
                              min(in_flight) if in_flight else 0, max(in_flight) if in_flight else 0,
                              min(per_source) if per_source else 0, max(per_source) if per_source else 0, ldg, stg,
-                             relaxed, "ok" if not fails else "FAIL"))
+                             relaxed, pbytes, "ok" if not fails else "FAIL"))
                 failures += [f"{name}: {f}" for f in fails]
 
     w = max(len(r[0]) for r in rows) if rows else 10
     print("in flight: 128-bit loads issued before the first use of one, from the loop's head: in the iteration")
     print("loops (which load sources 0 and 1, then store) and in the loops over further sources (reported only)")
-    print(f"{'kernel':<{w}}  REG STACK LOCAL  U loops  in-flight  further-src  LDG128 STG128  ld.relaxed.sys  result")
+    print(f"{'kernel':<{w}}  REG STACK LOCAL  U loops  in-flight  further-src  LDG128 STG128  ld.relaxed.sys  param-bytes  result")
     for r in rows:
         print(f"{r[0]:<{w}}  {r[1]:3d} {r[2]:5d} {r[3]:5d} {r[4]:2d} {r[5]:5d}  {r[6]:4d}-{r[7]:<4d}  {r[8]:5d}-{r[9]:<5d}  "
-              f"{r[10]:6d} {r[11]:6d}  {r[12]:14d}  {r[13]}")
+              f"{r[10]:6d} {r[11]:6d}  {r[12]:14d}  {r[13]:11d}  {r[14]}")
     regs = [r[1] for r in rows]
     print(f"\n{nkernels} kernels in {len(args.objects)} objects; registers {min(regs) if regs else 0}-{max(regs) if regs else 0} "
           f"(bound {max_regs}); {sum(1 for r in rows if r[-1] != 'ok')} failed; {time.monotonic() - t0:.1f} s")

@@ -107,30 +107,21 @@ inline out_order in_place_out_order(collective c, const void* in, const void* ou
              : out_order::after_staging;
 }
 
-// One rank's part of a call.
+// One rank's part of a call: what differs between the ranks of one launch.
 struct rank_call {
   int rank;
   out_order order_out; // in place with a staged input: see out_order
-  // This rank's part of the call touches its staging halves (it stages its input, or the schedule
-  // keeps windows there). Read on the host only: when no part of a launch that serves the whole
-  // group does, the launch runs the call as one round (one_round_when_unstaged, launcher.cuh).
-  bool uses_staging;
+  bool zero_copy;      // peers read `in` in place: its address is published each round (in_desc)
   const void* in;
   void* out;
-  std::uint64_t in_desc; // non-zero: peers read `in` in place (zero-copy)
-  // What this rank's call is, chained over its earlier calls (schedule/call.hpp, computed by the
-  // communicator). Published with each round's first post; a reader that acquired a peer's progress
-  // in round R compares the peer's word of round R with its own before it reads anything of that
-  // peer, and stops the group with a mismatch record if they differ.
-  std::uint64_t call_word;
-  // The call's sequence number on this rank's communicator (braid::error_context::seq): read only
-  // when the kernel records a failure, so that check() names the call that failed.
-  std::uint64_t seq;
 };
+static_assert(sizeof(rank_call) == 24, "rank_call: 24 bytes, eight of them in the launch's parameter block");
 
-// rank_call::uses_staging for rank r's part of a call of `count` elements per block under schedule S:
+// Whether rank r's part of a call of `count` elements per block under schedule S touches its staging
+// halves (read on the host only: a launch that serves the whole group and of which no part does runs
+// as one round, one_round_when_unstaged in cuda/enqueue/launcher.cuh):
 // the schedule keeps windows in the staging halves, or the rank publishes an input that its peers do
-// not read in place (`input_read_in_place`: rank_call::in_desc is set).
+// not read in place (`input_read_in_place`: rank_call::zero_copy is set).
 template <class S, class T>
 inline bool uses_staging(collective c, int n, int r, int root, std::uint64_t count, bool input_read_in_place) {
   if (S::nphases(c, n) > 0) return true;
@@ -143,27 +134,48 @@ inline bool uses_staging(collective c, int n, int r, int root, std::uint64_t cou
   return false;
 }
 
+// The ranks of a launch whose parts ride in its parameter block; the parts of further ranks on one GPU
+// are read from host-mapped memory (launch_args::more).
+inline constexpr int inline_calls = 8;
+
 // What a launch on one GPU needs: the call, and the part of every rank of the group on that GPU.
+// Passed by value as the kernel's parameter, so its size is what every launch copies: it does not grow
+// with the ranks a GPU serves.
 struct launch_args {
-  const device_rank* ranks; // [nranks], in this GPU's memory
-  int nranks, root;
-  collective coll;
-  std::uint64_t count;      // elements per block
-  std::uint64_t per_round;  // elements per block per round
-  std::uint64_t rounds;
-  std::uint64_t half_bytes;
-  device_abort* abort;      // host-mapped, shared by the group
-  int abort_slot;           // this GPU's slot in it (1 + the GPU's index in the group)
-  u64 timeout_ns;
-  u64 abort_every_ns;       // wait_ge reads the host-mapped abort flag at most this often (0: every 64 polls)
-  u64* busy;                // this GPU's in-flight word: 1 while a launch of the group runs here
-  u64* exits;               // this GPU's launch exit counter
-  unsigned blocks_per_rank; // the grid is local * blocks_per_rank blocks
-  int local;                // ranks of the group on this GPU
-  rank_call calls[max_local_ranks];
+  const device_rank* ranks = {}; // [nranks], in this GPU's memory
+  int nranks = {}, root = {};
+  collective coll = {};
+  std::uint64_t count = {};      // elements per block
+  std::uint64_t per_round = {};  // elements per block per round
+  std::uint64_t rounds = {};
+  std::uint64_t half_bytes = {};
+  device_abort* abort = {};      // host-mapped, shared by the group
+  int abort_slot = {};           // this GPU's slot in it (1 + the GPU's index in the group)
+  unsigned blocks_per_rank = {}; // the grid is local * blocks_per_rank blocks
+  u64 timeout_ns = {};
+  u64 abort_every_ns = {};       // wait_ge reads the host-mapped abort flag at most this often (0: every 64 polls)
+  u64* busy = {};                // this GPU's in-flight word: 1 while a launch of the group runs here
+  u64* exits = {};               // this GPU's launch exit counter
+  // What the call is, chained over the earlier calls (schedule/call.hpp): the same for every rank of
+  // the launch, since the ranks of one GPU make every call in one launch (the launcher checks that
+  // their calls agree). Published with each round's first post; a reader that acquired a peer's
+  // progress in round R compares the peer's word of round R with this one before it reads anything
+  // of that peer, and stops the group with a mismatch record if they differ.
+  std::uint64_t call_word = {};
+  std::uint64_t seq = {};        // the call's number on its ranks (error_context::seq), named by a failure record
+  int local = {};                // ranks of the group on this GPU
+  const rank_call* more = {};    // local > inline_calls: the parts of ranks inline_calls.. (host-mapped)
+  u64* more_in_use = {};         // the launch's last block clears it once `more` is read (host-mapped; null: none)
+  rank_call calls[inline_calls] = {};
 };
-// Passed by value as the kernel's parameter: CUDA's classic limit for a kernel's parameters is 4 KiB.
-static_assert(sizeof(launch_args) <= 4096, "launch_args is the kernel's parameter block: at most 4 KiB");
+static_assert(sizeof(launch_args) <= 512, "launch_args is the kernel's parameter block: at most 512 bytes");
+
+// The part of the launch's local rank `local`: a copy, so that the parameter block and host-mapped
+// memory are each read with their own loads (no pointer that could be either).
+BRAID_DEVICE rank_call part_of(const launch_args& a, int local) {
+  if (local < inline_calls) return a.calls[local];
+  return a.more[local - inline_calls];
+}
 
 // Block arrival on `counter`, shared by `blocks` blocks; true for the last of them. The block barrier
 // orders the block's data writes before thread 0's acq_rel add; the adds form a release sequence, so
@@ -190,15 +202,19 @@ BRAID_KERNEL_BOUNDED(512) void collective_kernel(launch_args a, Op op) {
   using schedule::chunk_span;
   BRAID_SHARED u64 round0;
   BRAID_SHARED int stop;
+  // This block's rank's part, read once by thread 0 (from the parameter block, or host-mapped memory
+  // beyond inline_calls) and by the block from shared memory where it needs a field.
+  BRAID_SHARED rank_call part;
   const unsigned thread = device::thread_index();
   // This block's rank, and its place in that rank's share of the grid.
   const int local = static_cast<int>(device::block_index() / a.blocks_per_rank);
   const unsigned block = device::block_index() % a.blocks_per_rank;
-  const rank_call& me = a.calls[local];
-  const call_id my_call{static_cast<int>(a.coll), me.seq}; // named only by a failure record
-  const int n = a.nranks, r = me.rank;
+  const call_id my_call{static_cast<int>(a.coll), a.seq}; // named only by a failure record
+  const int n = a.nranks;
   const device_rank* ranks = a.ranks;
   if (thread == 0) {
+    part = part_of(a, local);
+    const int r = part.rank;
     if (device::block_index() == 0 &&
         device::atomic_ref<u64, device::scope::device>(*a.busy).exchange(1, device::memory_order::acq_rel) != 0) {
       // Another launch of this group is running on this GPU: two calls overlap (a graph replayed on
@@ -212,13 +228,14 @@ BRAID_KERNEL_BOUNDED(512) void collective_kernel(launch_args a, Op op) {
     stop = 0;
   }
   device::sync_block();
+  const int r = part.rank;
+  const T* in = static_cast<const T*>(part.in);
+  T* out = static_cast<T*>(part.out);
   const std::uint64_t unit = schedule::chunk_unit<T>();
   const int nph = S::nphases(a.coll, n);
   const schedule::chunk_map<T> map(a.coll, n, r, a.root, a.count, a.per_round);
   const std::uint64_t tid = static_cast<std::uint64_t>(block) * device::block_size() + thread;
   const std::uint64_t nthreads = static_cast<std::uint64_t>(a.blocks_per_rank) * device::block_size();
-  const T* in = static_cast<const T*>(me.in);
-  T* out = static_cast<T*>(me.out);
   auto slot = [&](int q, std::uint64_t h, int region, std::uint32_t c, const chunk_span& s) -> T* {
     return map.slot(ranks[q].half[h], region, c, s);
   };
@@ -236,7 +253,7 @@ BRAID_KERNEL_BOUNDED(512) void collective_kernel(launch_args a, Op op) {
   auto same_call = [&](int q, std::uint64_t round, int step) {
     device::atomic_ref<int, device::scope::device> halt(stop);
     if (halt.load(device::memory_order::relaxed)) return;
-    if (sys_u64(ranks[q].call[round & 3]).load(device::memory_order::relaxed) != me.call_word) {
+    if (sys_u64(ranks[q].call[round & 3]).load(device::memory_order::relaxed) != a.call_word) {
       record_failure(abort_ref{a.abort, a.abort_slot},
                      device_error{static_cast<unsigned>(errc::mismatch), r, q, step, 0, my_call});
       halt.store(1, device::memory_order::relaxed);
@@ -265,9 +282,9 @@ BRAID_KERNEL_BOUNDED(512) void collective_kernel(launch_args a, Op op) {
     if (stop) return;
     // The round's call word, then its input: both before the post of step 0 (arrive_and_post's
     // barrier and release order them), as in_desc below.
-    if (block == 0 && thread == 0) ranks[r].call[R & 3] = me.call_word;
-    if (me.in_desc) {
-      if (block == 0 && thread == 0) ranks[r].in_desc[h] = me.in_desc;
+    if (block == 0 && thread == 0) ranks[r].call[R & 3] = a.call_word;
+    if (part.zero_copy) {
+      if (block == 0 && thread == 0) ranks[r].in_desc[h] = reinterpret_cast<u64>(in);
     } else {
       if (block == 0 && thread == 0) ranks[r].in_desc[h] = 0;
       for (std::uint32_t c = 0; c < P; ++c) {
@@ -288,11 +305,11 @@ BRAID_KERNEL_BOUNDED(512) void collective_kernel(launch_args a, Op op) {
       // In place over a staged input (rank_call::order_out): one more waiter after the sources, for
       // the rank's own post of step 0, when this rank's pointers or a peer's in-place input may give
       // the write other threads than the staging copy.
-      const bool order = me.order_out != out_order::none && st.out;
+      const bool order = part.order_out != out_order::none && st.out;
       for (int i = static_cast<int>(thread); i < ns + (order ? 1 : 0); i += static_cast<int>(device::block_size())) {
         // source i, or (i == ns) the rank's own post of step 0
         schedule::source s{r, schedule::region::in, 0, -1};
-        bool need = me.order_out == out_order::after_staging;
+        bool need = part.order_out == out_order::after_staging;
         if (i < ns) {
           s = st.source_at(i);
           need = s.rank != r || s.reg == schedule::region::win;
@@ -348,7 +365,7 @@ BRAID_KERNEL_BOUNDED(512) void collective_kernel(launch_args a, Op op) {
     }
     arrive_and_post(a, r, h, max_steps + 1, (R + 1) << 24);
   }
-  if (me.in_desc && a.rounds) {
+  if (part.zero_copy && a.rounds) {
     for (int q = static_cast<int>(thread); q < n; q += static_cast<int>(device::block_size()))
       if (q != r) wait(q, (R + 1) << 24, -2);
     device::sync_block();
@@ -356,9 +373,12 @@ BRAID_KERNEL_BOUNDED(512) void collective_kernel(launch_args a, Op op) {
   // The last block of the share advances the rank's round counter for the group's next launch on this
   // GPU (ordered after this one: the communicator chains them; every block read it before arriving).
   if (arrive(ranks[r].arrivals + 2 * (max_steps + 2), a.blocks_per_rank) && thread == 0) *ranks[r].round = round0 + a.rounds;
-  // The last block of the launch clears the in-flight word.
-  if (arrive(a.exits, device::grid_size()) && thread == 0)
+  // The last block of the launch clears the in-flight word, and gives the host its table of further
+  // ranks' parts back (every block read its part before its first post).
+  if (arrive(a.exits, device::grid_size()) && thread == 0) {
     device::atomic_ref<u64, device::scope::device>(*a.busy).store(0, device::memory_order::release);
+    if (a.more_in_use) sys_u64(*a.more_in_use).store(0, device::memory_order::release);
+  }
 }
 
 } // namespace braid::cuda::device

@@ -31,12 +31,12 @@ inline std::uint64_t abort_poll_ns() {
   return ns;
 }
 
-// One rank's launch arguments for call `k` under schedule S, for the executor's kernel: a round's elements
+// The launch arguments for call `k` (its word `word`) under schedule S, for the executor's kernel: a round's elements
 // from the staging half, checked against the staging memory and the kernel's step counters
 // (unsupported_error). Both CUDA communicators (one process, and processes on distinct GPUs) fill
 // them here.
 template <class S, class T>
-cuda::device::launch_args launch_args_for(const braid::detail::call_record& k, int n, int r, std::uint64_t half_bytes,
+cuda::device::launch_args launch_args_for(const braid::detail::call_record& k, std::uint64_t word, int n, int r, std::uint64_t half_bytes,
                                          const cuda::device::device_rank* table, cuda::device::device_abort* abort,
                                          std::chrono::nanoseconds timeout, const error_context& ctx) {
   const collective c = k.coll;
@@ -48,31 +48,31 @@ cuda::device::launch_args launch_args_for(const braid::detail::call_record& k, i
   const std::uint32_t P = S::nchunks(c, n, schedule::pipeline_chunks<T>(std::min<std::uint64_t>(per, count)));
   if (S::nsteps(schedule::args{c, n, r, root, P}) > cuda::device::max_steps)
     raise(errc::unsupported, "schedule has too many steps per round for the CUDA executor", ctx);
-  cuda::device::launch_args la{};
-  la.ranks = table;
-  la.nranks = n;
-  la.root = root;
-  la.coll = c;
-  la.count = count;
-  la.per_round = per;
-  la.rounds = schedule::nrounds(count, per);
-  la.half_bytes = half_bytes;
-  la.abort = abort;
-  la.timeout_ns = static_cast<std::uint64_t>(timeout.count());
-  la.abort_every_ns = abort_poll_ns();
+  // The launcher adds what belongs to the GPU (its ranks' parts, its words, its slot).
+  const cuda::device::launch_args la{.ranks = table,
+                                     .nranks = n,
+                                     .root = root,
+                                     .coll = c,
+                                     .count = count,
+                                     .per_round = per,
+                                     .rounds = schedule::nrounds(count, per),
+                                     .half_bytes = half_bytes,
+                                     .abort = abort,
+                                     .timeout_ns = static_cast<std::uint64_t>(timeout.count()),
+                                     .abort_every_ns = abort_poll_ns(),
+                                     .call_word = word,
+                                     .seq = ctx.seq};
   return la;
 }
 
 // Rank r's part of call `k` (its record, with k.in_desc set where peers read the input in place) in a
-// launch: `word` is the call's word chained over the rank's earlier calls, `seq` the number its errors
-// name, `per_round` and `threads` the launch's round size and block size.
-template <class S, class T>
-cuda::device::rank_call rank_call_for(const braid::detail::call_record& k, int n, int r, std::uint64_t word, std::uint64_t seq,
-                                      std::uint64_t per_round, unsigned threads) {
+// launch whose rounds hold `per_round` elements per block, with `threads` threads per block.
+template <class T>
+cuda::device::rank_call rank_call_for(const braid::detail::call_record& k, int r, std::uint64_t per_round, unsigned threads) {
   // In place is always staged: k.in_desc is 0 there.
   const cuda::device::out_order order = k.in_place ? cuda::device::in_place_out_order<T>(k.coll, k.in, k.out, k.count, per_round, threads)
                                                    : cuda::device::out_order::none;
-  return {r, order, cuda::device::uses_staging<S, T>(k.coll, n, r, k.root, k.count, k.in_desc != 0), k.in, k.out, k.in_desc, word, seq};
+  return {r, order, k.in_desc != 0, k.in, k.out};
 }
 
 // Raises unsupported_error unless `blocks` blocks of `threads` threads of `kernel` can be resident on

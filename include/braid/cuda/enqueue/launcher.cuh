@@ -26,6 +26,16 @@
 // before the next. Should two launches of the group still run at once on one GPU, the kernel sees it
 // (an in-flight word), stops the group, and check() raises invalid_usage instead of mixing rounds.
 //
+// Under call_order::streams (group_options::order, process_options::order) the caller's streams order
+// a rank's calls instead: nothing asks the runtime about the stream, its capture or the current
+// device, no chain is waited for or recorded but where a participant's stream is joined to a launch,
+// and in the steady state a call is its launch. Calls the streams leave unordered run one after the
+// other or stop the group (the in-flight word on one GPU; different call words across GPUs).
+//
+// A launch carries the parts of up to cuda::device::inline_calls ranks in its parameter block
+// (launch_args, a fixed size); a GPU with more ranks passes the rest in host-mapped memory (more_parts,
+// set.cuh), which the kernel reads once per block.
+//
 // A thread that drives several ranks of one GPU cannot block in each call until the others arrive:
 // it brackets them with group_start()/group_end() (or a group_scope), as with NCCL. Inside the
 // bracket a call returns at once; group_end() launches what is complete, joins each rank's stream to
@@ -37,13 +47,17 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <thread>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,61 +67,11 @@
 #include "../check.cuh"
 #include "../device/executor.cuh"
 #include "error.cuh"
+#include "set.cuh"
 
 namespace braid::cuda {
 
 namespace enqueue {
-
-// One call of the group on one GPU, while its ranks arrive.
-struct pending_call {
-  std::uint64_t seq = 0;
-  // What the ranks of the GPU must agree on: the first arriver's call (its description without its
-  // number: collective, element type, operator, algorithm, count, root) and kernel instantiation.
-  braid::detail::call_description what{};
-  const void* kernel = nullptr;
-  cuda::device::launch_args args{};
-  std::vector<char> here;            // per local rank: arrived
-  std::vector<cudaStream_t> streams; // per local rank: its stream
-  std::vector<cudaEvent_t> ready;    // per local rank: its stream at its call (none in a capture, or alone)
-  int arrived = 0;
-  bool capturing = false;            // a participant's stream is being captured
-  bool launched = false;
-  cudaStream_t launch_stream = nullptr;
-  std::string failure;               // set when the call cannot be launched: every participant raises it
-  errc failure_code = errc::internal;
-};
-
-// The ranks of a group on one GPU.
-struct device_set {
-  int device = 0;
-  int index = 0;              // in the group's GPUs (its abort slot is 1 + index)
-  std::vector<int> ranks;     // global rank of each local index
-  unsigned blocks_per_rank = 1;
-  cuda::device::u64* busy = nullptr;  // in-flight word and exit counter (device memory)
-  cuda::device::u64* exits = nullptr;
-  std::mutex m;
-  std::condition_variable cv;
-  std::map<std::uint64_t, std::shared_ptr<pending_call>> calls;
-  std::vector<std::uint64_t> next_seq;      // per local rank
-  std::vector<std::uint64_t> last_thread;   // per local rank: who made its latest call (this_thread_token()); 0: none yet
-  std::uint64_t creator = 0;                // the thread that created the group
-  std::vector<cudaEvent_t> spare;           // events for pending calls' `ready`, reused once a launch has waited
-  cudaEvent_t chain = nullptr;              // after the group's latest launch on this GPU (a replay included)
-  // Every rank of the group is on this GPU, so no kernel of the group waits for another GPU's: a
-  // participant's stream is joined to the launch when the launch is made (its state then, which holds
-  // its state at its call), through `joiner`, instead of by an event recorded at each call.
-  bool join_at_launch = false;
-  cudaEvent_t joiner = nullptr;             // created by the first launch that joins another stream
-  // The stream of the latest launch outside a graph capture, by cudaStreamGetId (a handle may name a
-  // later stream once its stream is destroyed; 0: none yet). A launch on that stream is ordered after
-  // it by the stream itself and needs no wait on `chain`, unless a launch of the set went into a graph
-  // (`captured`): a replay may then run between any two launches, on any stream.
-  unsigned long long last_stream = 0;
-  bool captured = false;
-  cuda::device::device_abort* abort = nullptr; // the group's
-  // Destroys the set's events, those of calls never launched included (its device current).
-  void destroy_events();
-};
 
 // A call made inside group_start()/group_end() whose stream still has to be joined to its launch.
 struct deferred_join {
@@ -146,45 +110,73 @@ inline bool is_capturing(cudaStream_t s) {
   return st != cudaStreamCaptureStatusNone;
 }
 
+// Makes runtime call `f` for the set's GPU. Under call_order::braid that GPU is current already.
+// Under call_order::streams the calling thread's current device is usually the rank's GPU, and
+// nothing is asked: `f` runs as it is, and only if it fails runs again with the set's device made
+// current (kept so in `dg` for what follows).
+template <class F> cudaError_t on_set_device(device_set& ds, std::optional<cuda::detail::device_guard>& dg, F&& f) {
+  const cudaError_t e = f();
+  if (e == cudaSuccess || ds.order == call_order::braid || dg) return e;
+  (void)cudaGetLastError();
+  dg.emplace(ds.device);
+  return f();
+}
+
 // Whether `stream` still has to wait for the launch of `c` (its own stream, or in a capture where every
 // participant used one stream, it is ordered already).
 inline bool needs_join(const pending_call& c, cudaStream_t stream) { return !c.capturing && stream != c.launch_stream; }
 
-// Joins `stream` to the launch of `c` (called with the set's lock held, after the launch, with the
-// set's device current).
+// Joins `stream` to the launch of `c` (called with the set's lock held, after the launch; the set's
+// device is current under call_order::braid and made current here under call_order::streams).
 inline void join_locked(device_set& ds, const pending_call& c, cudaStream_t stream) {
-  if (needs_join(c, stream)) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ds.chain, 0));
+  if (!needs_join(c, stream)) return;
+  std::optional<cuda::detail::device_guard> dg;
+  BRAID_CUDA_CHECK(on_set_device(ds, dg, [&] { return cudaStreamWaitEvent(stream, ds.chain, 0); }));
 }
 
-// Launches `c` (every participant arrived; the set's lock is held; the set's device is current) on
-// the last arriver's stream; `ctx` is that arriver's call. What it enqueues besides the launch and
-// the record of `chain`: a wait for each participant on another stream, and a wait on `chain` only
-// where the launch's stream does not order it after the set's latest launch already.
+// Launches `c` (every participant arrived; the set's lock is held) on the last arriver's stream; `ctx`
+// is that arriver's call. What it enqueues besides the launch: a wait for each participant on another
+// stream, and, under call_order::braid, a wait on `chain` only where the launch's stream does not order
+// it after the set's latest launch already, and the record of `chain`; under call_order::streams, the
+// record of `chain` only where a participant's stream must be joined to the launch. The set's device
+// is current under call_order::braid; under call_order::streams it is made current only for the event
+// operations, and for the launch if the caller's current device is another GPU.
 inline void launch_locked(device_set& ds, pending_call& c, cudaStream_t stream,
                           const std::function<cudaError_t(cudaStream_t, const cuda::device::launch_args&)>& launch,
                           const error_context& ctx) {
+  const bool by_streams = ds.order == call_order::streams;
+  std::optional<cuda::detail::device_guard> dg;
   c.launch_stream = stream;
+  const int L = static_cast<int>(c.parts.size());
+  for (int i = 0; i < L && i < cuda::device::inline_calls; ++i) c.args.calls[i] = c.parts[static_cast<std::size_t>(i)];
+  if (ds.more.per_slot) {
+    if (by_streams) c.capturing = is_capturing(stream);
+    ds.more.fill(c.args, c.parts, c.capturing, ds.timeout, ctx);
+  }
+  bool joins = false; // a participant on another stream
+  for (std::size_t li = 0; li < c.streams.size(); ++li) joins = joins || c.streams[li] != stream;
   unsigned long long stream_id = 0;
-  if (c.capturing) {
+  if (c.capturing && !by_streams) {
     // In the graph: wait for the group's latest launch on this GPU as of each replay, and be that.
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ds.chain, cudaEventWaitExternal));
   } else {
     for (std::size_t li = 0; li < c.streams.size(); ++li) {
       if (c.streams[li] == stream) continue; // ordered by the stream itself
       if (c.ready[li]) {
-        BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, c.ready[li], 0));
+        BRAID_CUDA_CHECK(on_set_device(ds, dg, [&] { return cudaStreamWaitEvent(stream, c.ready[li], 0); }));
         continue;
       }
       // join_at_launch: the participant's stream now, its work up to its call and whatever came
       // after it, none of which waits for this group (every rank of the group is here, on this GPU).
-      if (!ds.joiner) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&ds.joiner, cudaEventDisableTiming));
-      BRAID_CUDA_CHECK(cudaEventRecord(ds.joiner, c.streams[li]));
-      BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ds.joiner, 0));
+      BRAID_CUDA_CHECK(on_set_device(ds, dg, [&] { return cudaEventRecord(ds.joiner, c.streams[li]); }));
+      BRAID_CUDA_CHECK(on_set_device(ds, dg, [&] { return cudaStreamWaitEvent(stream, ds.joiner, 0); }));
     }
-    BRAID_CUDA_CHECK(cudaStreamGetId(stream, &stream_id));
-    if (ds.captured || stream_id != ds.last_stream) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ds.chain, 0));
+    if (!by_streams) {
+      BRAID_CUDA_CHECK(cudaStreamGetId(stream, &stream_id));
+      if (ds.captured || stream_id != ds.last_stream) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ds.chain, 0));
+    }
   }
-  const cudaError_t e = launch(stream, c.args);
+  const cudaError_t e = on_set_device(ds, dg, [&] { return launch(stream, c.args); });
   if (e != cudaSuccess) {
     const bool too_large = e == cudaErrorCooperativeLaunchTooLarge;
     raise(too_large ? errc::unsupported : errc::cuda,
@@ -196,7 +188,10 @@ inline void launch_locked(device_set& ds, pending_call& c, cudaStream_t stream,
                     : std::string("the collective kernel's launch failed: ") + cudaGetErrorName(e) + ": " + cudaGetErrorString(e),
           ctx);
   }
-  if (c.capturing) {
+  if (by_streams) {
+    // The participants' joins (join_locked) wait on it.
+    if (joins && !c.capturing) BRAID_CUDA_CHECK(on_set_device(ds, dg, [&] { return cudaEventRecord(ds.chain, stream); }));
+  } else if (c.capturing) {
     BRAID_CUDA_CHECK(cudaEventRecordWithFlags(ds.chain, stream, cudaEventRecordExternal));
     ds.captured = true;
   } else {
@@ -207,12 +202,13 @@ inline void launch_locked(device_set& ds, pending_call& c, cudaStream_t stream,
 }
 
 // A launch that serves every rank of the group (all of them on this GPU) and of which no part touches
-// staging memory (rank_call::uses_staging: every input is read in place, the schedule keeps no
-// windows) runs its call as one round: staging bounds a round only through what it holds there.
-inline void one_round_when_unstaged(cuda::device::launch_args& a) {
+// staging memory (pending_call::staging: every input is read in place, the schedule keeps no windows)
+// runs its call as one round: staging bounds a round only through what it holds there.
+inline void one_round_when_unstaged(pending_call& c) {
+  cuda::device::launch_args& a = c.args;
   if (a.local != a.nranks || a.rounds <= 1) return;
-  for (int i = 0; i < a.local; ++i)
-    if (a.calls[i].uses_staging) return;
+  for (char s : c.staging)
+    if (s) return;
   a.per_round = a.count;
   a.rounds = 1;
 }
@@ -223,7 +219,8 @@ inline void one_round_when_unstaged(cuda::device::launch_args& a) {
 
 // Which call of its rank `c` is, for a record of the group's error.
 inline cuda::device::call_id call_of(const pending_call& c, int local) {
-  return {static_cast<int>(c.args.coll), c.args.calls[local].seq};
+  (void)local;
+  return {static_cast<int>(c.args.coll), c.args.seq};
 }
 
 // Returns a call's ready events for reuse (the waits on them are enqueued, or the call is dropped).
@@ -238,6 +235,7 @@ inline void device_set::destroy_events() {
   spare.clear();
   for (cudaEvent_t* e : {&chain, &joiner})
     if (*e) cudaEventDestroy(std::exchange(*e, nullptr));
+  more.release();
 }
 
 // A call that cannot go on leaves its GPU's ranks at different call counts: stop the group, so that
@@ -286,7 +284,8 @@ inline void group_end() {
     }
     if (!enqueue::needs_join(*j.call, j.stream)) continue;
     try {
-      cuda::detail::device_guard dg(j.set->device);
+      std::optional<cuda::detail::device_guard> dg; // join_locked makes it current itself under call_order::streams
+      if (j.set->order == call_order::braid) dg.emplace(j.set->device);
       enqueue::join_locked(*j.set, *j.call, j.stream);
     } catch (const std::exception& e) {
       if (first.empty()) first = e.what(), code = errc::cuda, first_rank = j.rank;
@@ -294,6 +293,23 @@ inline void group_end() {
   }
   if (!first.empty()) raise(code, first, error_context{first_rank, "group_end", 0, -1});
 }
+
+// Ends a bracket when its scope ends: group_end() unless `ended`, its error raised unless an
+// exception is already on its way (`uncaught`: std::uncaught_exceptions() when the scope began).
+namespace enqueue {
+inline void end_scope(bool& ended, int uncaught) {
+  if (ended) return;
+  ended = true;
+  if (std::uncaught_exceptions() > uncaught) {
+    try {
+      group_end();
+    } catch (...) {
+    }
+    return;
+  }
+  group_end();
+}
+} // namespace enqueue
 
 // group_start() for a scope; group_end() at its end (an error raises from the destructor unless an
 // exception is already on its way; call end() to see it explicitly).
@@ -307,18 +323,7 @@ public:
     ended_ = true;
     group_end();
   }
-  ~group_scope() noexcept(false) {
-    if (ended_) return;
-    ended_ = true;
-    if (std::uncaught_exceptions() > uncaught_) {
-      try {
-        group_end();
-      } catch (...) {
-      }
-      return;
-    }
-    group_end();
-  }
+  ~group_scope() noexcept(false) { enqueue::end_scope(ended_, uncaught_); }
 
 private:
   bool ended_ = false;
@@ -335,14 +340,15 @@ namespace enqueue {
 // every error the call raises. The set's device must be current.
 inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<device_set>& dsp, int local, int rank,
                    const braid::detail::call_record& call, const void* kernel, const cuda::device::launch_args& common,
-                   const cuda::device::rank_call& mine,
+                   const cuda::device::rank_call& mine, bool uses_staging,
                    cudaStream_t stream, std::chrono::nanoseconds timeout, cuda::device::device_abort* abort, int nsets,
                    const std::function<cudaError_t(cudaStream_t, const cuda::device::launch_args&)>& launch,
                    const error_context& ctx) {
   device_set& ds = *dsp;
   const bool in_bracket = bracket().depth > 0;
   const int L = static_cast<int>(ds.ranks.size());
-  const bool capturing = is_capturing(stream);
+  // Under call_order::streams the capture is not asked about: a launch is all there is to capture.
+  const bool capturing = ds.order == call_order::braid && is_capturing(stream);
   if (in_bracket && nsets > 1 && launch_blocking())
     raise(errc::unsupported,
           "CUDA_LAUNCH_BLOCKING=1 is set: a launch returns only when its kernel ends, so one thread cannot launch the "
@@ -367,12 +373,14 @@ inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<devi
     c->args.busy = ds.busy;
     c->args.exits = ds.exits;
     c->args.abort_slot = 1 + ds.index;
+    c->parts.assign(static_cast<std::size_t>(L), cuda::device::rank_call{});
+    c->staging.assign(static_cast<std::size_t>(L), 0);
     c->here.assign(static_cast<std::size_t>(L), 0);
     c->streams.assign(static_cast<std::size_t>(L), nullptr);
     c->ready.assign(static_cast<std::size_t>(L), nullptr);
   }
   const std::string which = "GPU " + std::to_string(ds.device) + ", the group's launch #" + std::to_string(seq + 1) + " there";
-  const cuda::device::call_id my_call{static_cast<int>(call.coll), mine.seq};
+  const cuda::device::call_id my_call{static_cast<int>(call.coll), common.seq};
   // Checks before this rank counts in. One that fails drops the call and stops the group: the ranks
   // that arrived are a call ahead of the others now.
   auto fail_all = [&](errc code, const std::string& why) {
@@ -387,6 +395,10 @@ inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<devi
   if (c->what != what || c->kernel != kernel)
     fail_all(errc::invalid_usage, "ranks made different calls (" + which +
                                       "): collective, count, root, element type, operator and algorithm must match");
+  // One launch carries one call word and number for its ranks: theirs agree whenever every call of
+  // theirs went through the same launches, as the launcher makes them.
+  if (c->args.call_word != common.call_word || c->args.seq != common.seq)
+    fail_all(errc::internal, "the ranks of " + which + " disagree on their earlier calls (call words or numbers differ)");
   const std::string one_stream = "inside a CUDA graph capture the ranks of one GPU must enqueue a call on one stream (" + which + ")";
   if (capturing) {
     for (int li = 0; li < L; ++li)
@@ -397,12 +409,14 @@ inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<devi
   cudaEvent_t ev = nullptr;
   if (!capturing && L > 1 && !ds.join_at_launch) {
     if (ds.spare.empty()) {
+      cuda::detail::device_guard dg(ds.device); // the event is the set's GPU's
       BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     } else {
       ev = ds.spare.back();
       ds.spare.pop_back();
     }
-    if (const cudaError_t e = cudaEventRecord(ev, stream); e != cudaSuccess) {
+    std::optional<cuda::detail::device_guard> dg;
+    if (const cudaError_t e = on_set_device(ds, dg, [&] { return cudaEventRecord(ev, stream); }); e != cudaSuccess) {
       ds.spare.push_back(ev);
       cuda::detail::raise_cuda(e, "cudaEventRecord (the rank's stream)", __FILE__, __LINE__, ctx);
     }
@@ -411,7 +425,8 @@ inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<devi
   ds.calls.emplace(seq, c);
   ++ds.next_seq[me];
   ds.last_thread[me] = this_thread_token();
-  c->args.calls[local] = mine;
+  c->parts[me] = mine;
+  c->staging[me] = uses_staging;
   c->here[me] = 1;
   c->streams[me] = stream;
   c->ready[me] = ev;
@@ -419,7 +434,7 @@ inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<devi
   ++c->arrived;
   if (c->arrived == L) {
     ds.calls.erase(seq);
-    one_round_when_unstaged(c->args);
+    one_round_when_unstaged(*c);
     try {
       launch_locked(ds, *c, stream, launch, ctx);
     } catch (...) {

@@ -35,6 +35,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -353,7 +354,11 @@ private:
     enqueue::raise_recorded(g.abort, ctx);
     braid::detail::call_record k = braid::detail::validate_call<c, T, Op>(in, out, count, root, n, r, co.algorithm, ctx);
     if (count == 0) return;
-    cuda::detail::device_guard dg(g.ranks[static_cast<std::size_t>(r)].device);
+    const int device = g.ranks[static_cast<std::size_t>(r)].device;
+    const auto& set = g.sets[static_cast<std::size_t>(g.set_of[static_cast<std::size_t>(r)])];
+    // Under call_order::streams the launcher makes the device current only where it must.
+    std::optional<cuda::detail::device_guard> dg;
+    if (set->order == call_order::braid || n == 1) dg.emplace(device);
     if (n == 1) {
       if (k.writes_out && !k.in_place)
         BRAID_CUDA_CHECK(cudaMemcpyAsync(out, in, k.out_n * sizeof(T), cudaMemcpyDeviceToDevice, stream));
@@ -369,15 +374,15 @@ private:
     schedule::with_supported_schedule<c>(k.algorithm, [&](auto s) {
       using S = decltype(s);
       const cuda::device::launch_args la =
-          enqueue::launch_args_for<S, T>(k, n, r, g.half_bytes, g.ranks[static_cast<std::size_t>(r)].table, g.abort, g.opts.timeout, ctx);
-      const cuda::device::rank_call mine = enqueue::rank_call_for<S, T>(k, n, r, word, ctx.seq, la.per_round, static_cast<unsigned>(g.threads));
-      auto kernel = &cuda::device::collective_kernel<S, T, Op>;
-      const auto& set = g.sets[static_cast<std::size_t>(g.set_of[static_cast<std::size_t>(r)])];
-      const unsigned grid = static_cast<unsigned>(g.blocks) * static_cast<unsigned>(set->ranks.size());
+          enqueue::launch_args_for<S, T>(k, word, n, r, g.half_bytes, g.ranks[static_cast<std::size_t>(r)].table, g.abort, g.opts.timeout, ctx);
       const unsigned threads = static_cast<unsigned>(g.threads);
+      const cuda::device::rank_call mine = enqueue::rank_call_for<T>(k, r, la.per_round, threads);
+      const bool staging = cuda::device::uses_staging<S, T>(c, n, r, k.root, k.count, k.in_desc != 0);
+      auto kernel = &cuda::device::collective_kernel<S, T, Op>;
+      const unsigned grid = static_cast<unsigned>(g.blocks) * static_cast<unsigned>(set->ranks.size());
       load_everywhere(g, kernel, grid, ctx);
-      enqueue::arrive(g_, set, g.local_of[static_cast<std::size_t>(r)], r, k, reinterpret_cast<const void*>(kernel), la, mine, stream,
-                      g.opts.timeout, g.abort, static_cast<int>(g.sets.size()),
+      enqueue::arrive(g_, set, g.local_of[static_cast<std::size_t>(r)], r, k, reinterpret_cast<const void*>(kernel), la, mine, staging,
+                      stream, g.opts.timeout, g.abort, static_cast<int>(g.sets.size()),
                       [&](cudaStream_t st, const cuda::device::launch_args& args) {
                         return device::launch_cooperative(kernel, grid, threads, 0, st, args, op);
                       },
@@ -498,8 +503,12 @@ inline std::vector<communicator> create_group(const std::vector<int>& devices, c
     set->last_thread.assign(L, 0);
     set->creator = enqueue::this_thread_token();
     set->abort = g->abort;
+    set->timeout = g->opts.timeout;
+    set->order = o.order;
+    set->more.allocate(static_cast<int>(L));
     set->join_at_launch = g->sets.size() == 1;
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&set->chain, cudaEventDisableTiming));
+    if (set->join_at_launch) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&set->joiner, cudaEventDisableTiming));
   }
   std::vector<communicator> out(static_cast<std::size_t>(n));
   for (int r = 0; r < n; ++r) {

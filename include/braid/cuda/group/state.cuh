@@ -37,6 +37,9 @@ struct group_options {
   options base = options::from_env();
   int threads_per_block = 512;   // at most 512 (the kernels' launch bound: __launch_bounds__(512), checked by static_kernel_checks)
   int max_blocks_per_rank = 1024; // a cap below the SM-derived share (half the SMs, split among the GPU's ranks)
+  // Who orders a rank's calls on its GPU: braid (they run in call order whatever their streams), or
+  // the caller's streams (a call then costs one kernel launch in the steady state): call_order.
+  call_order order = call_order::braid;
 };
 
 namespace group {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,7 +18,6 @@
 #include "../../schedule/schedule.hpp"
 #include "../check.cuh"
 #include "../device/executor.cuh"
-#include "../group/state.cuh"
 #include "ipc.cuh"
 #include "../enqueue/args.cuh"
 #include "../enqueue/launcher.cuh"
@@ -122,6 +122,8 @@ inline void setup_device_path(process_state& s, const error_context& ctx) {
   set->next_seq.assign(1, 0);
   set->last_thread.assign(1, 0);
   set->abort = d->abort.rec();
+  set->timeout = s.opts.base.timeout;
+  set->order = s.opts.order;
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&set->chain, cudaEventDisableTiming));
   d->set = std::move(set);
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&s.done.e, cudaEventDisableTiming)); // barrier(stream)'s wait
@@ -141,17 +143,21 @@ void device_call(process_state& s, braid::detail::call_record k, const Op& op, c
   s.last_stream = stream;
   ++s.stats.calls;
   if (k.count == 0) return;
-  cuda::detail::device_guard dg(s.device); // n > 1 here: one rank never takes the device path
+  // n > 1 here: one rank never takes the device path. Under call_order::streams the launcher makes
+  // the device current only where it must.
+  std::optional<cuda::detail::device_guard> dg;
+  if (d.set->order == call_order::braid) dg.emplace(s.device);
   const algo asked = co.algorithm == algo::automatic ? choose_algorithm(cuda_tuning, c, n, k.in_bytes()) : co.algorithm;
   k.algorithm = c != collective::all_reduce ? algo::direct : asked == algo::two_shot ? algo::two_shot : algo::one_shot;
   k.number = d.calls + 1;
   const std::uint64_t word = braid::detail::chain_call_word(d.call_word, braid::detail::describe(k), 0);
   auto run = [&](auto sched) {
     using S = decltype(sched);
-    const cuda::device::launch_args la = enqueue::launch_args_for<S, T>(k, n, r, d.half, static_cast<const cuda::device::device_rank*>(d.table.p),
+    const cuda::device::launch_args la = enqueue::launch_args_for<S, T>(k, word, n, r, d.half, static_cast<const cuda::device::device_rank*>(d.table.p),
                                                                        d.abort.rec(), s.opts.base.timeout, ctx);
-    // Inputs are always staged here (k.in_desc is 0): peers read them from staging.
-    const cuda::device::rank_call mine = enqueue::rank_call_for<S, T>(k, n, r, word, ctx.seq, la.per_round, d.threads);
+    // Inputs are always staged here (k.in_desc is 0): peers read them from staging. A launch serves
+    // this rank alone, so never runs as one round whatever its part touches.
+    const cuda::device::rank_call mine = enqueue::rank_call_for<T>(k, r, la.per_round, d.threads);
     auto kernel = &cuda::device::collective_kernel<S, T, Op>;
     if (!d.loaded.count(reinterpret_cast<const void*>(kernel))) {
       enqueue::check_resident(kernel, s.device, static_cast<int>(d.threads), d.blocks, "process_options::reduce_blocks",
@@ -159,7 +165,7 @@ void device_call(process_state& s, braid::detail::call_record k, const Op& op, c
       d.loaded.insert(reinterpret_cast<const void*>(kernel));
     }
     const unsigned grid = d.blocks, threads = d.threads;
-    enqueue::arrive({}, d.set, 0, r, k, reinterpret_cast<const void*>(kernel), la, mine, stream, s.opts.base.timeout, d.abort.rec(),
+    enqueue::arrive({}, d.set, 0, r, k, reinterpret_cast<const void*>(kernel), la, mine, true, stream, s.opts.base.timeout, d.abort.rec(),
                     1, // 1: this process launches only its own GPU
                     [&](cudaStream_t st, const cuda::device::launch_args& args) {
                       return device::launch_cooperative(kernel, grid, threads, 0, st, args, op);

@@ -61,6 +61,10 @@ struct process_options {
   // host function enqueued behind the work wakes it (cudaLaunchHostFunc): no core is burnt on
   // waits longer than this. 0: sleep after the first 64 queries. Spinning stops at the timeout too.
   std::chrono::microseconds spin{20};
+  // Device path: who orders a rank's calls on its GPU, braid or the caller's streams (call_order; a
+  // call then costs one kernel launch in the steady state); each rank's own. The host path
+  // synchronises on the host every round and ignores it.
+  call_order order = call_order::braid;
 };
 
 // What a communicator has done, for tests and tuning.
