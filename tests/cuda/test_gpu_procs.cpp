@@ -123,13 +123,7 @@ bool check_case(gp::comm& c, int n, int r, collective coll, op_kind k, std::size
 
 // A float all_reduce call (sum) of `count` elements.
 braid::gpu_launch::call float_all_reduce(const void* in, void* out, std::size_t count) {
-  braid::gpu_launch::call call;
-  call.coll = collective::all_reduce;
-  call.type = dtype::float32;
-  call.in = in;
-  call.out = out;
-  call.count = count;
-  return call;
+  return braid::gpu_launch::call{.coll = collective::all_reduce, .type = dtype::float32, .in = in, .out = out, .count = count};
 }
 
 // Rank r's communicator on its device, with the given deadline (0: the default).

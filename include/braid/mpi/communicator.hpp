@@ -94,41 +94,23 @@ public:
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void all_reduce(const T* in, T* out, std::size_t count, Op op = {}) {
-    const braid::detail::call_record k = check_call<collective::all_reduce, Op>(in, out, count, 0);
-    call("all_reduce", [&] {
-      start_check(k);
-      do_all_reduce(in, out, count, op);
-    });
+    call(check_call<collective::all_reduce, Op>(in, out, count, 0), [&] { do_all_reduce(in, out, count, op); });
   }
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void reduce_scatter(const T* in, T* out, std::size_t recv_count, Op op = {}) {
-    const braid::detail::call_record k = check_call<collective::reduce_scatter, Op>(in, out, recv_count, 0);
-    call("reduce_scatter", [&] {
-      start_check(k);
-      do_reduce_scatter(in, out, recv_count, op);
-    });
+    call(check_call<collective::reduce_scatter, Op>(in, out, recv_count, 0), [&] { do_reduce_scatter(in, out, recv_count, op); });
   }
   template <element T> void all_gather(const T* in, T* out, std::size_t send_count) {
-    const braid::detail::call_record k = check_call<collective::all_gather, braid::detail::copy_only>(in, out, send_count, 0);
-    call("all_gather", [&] {
-      start_check(k);
-      do_all_gather(in, out, send_count);
-    });
+    call(check_call<collective::all_gather, braid::detail::copy_only>(in, out, send_count, 0), [&] { do_all_gather(in, out, send_count); });
   }
   template <element T> void broadcast(const T* in, T* out, std::size_t count, int root) {
-    const braid::detail::call_record k = check_call<collective::broadcast, braid::detail::copy_only>(in, out, count, root);
-    call("broadcast", [&] {
-      start_check(k);
-      do_broadcast(in, out, count, root);
-    });
+    call(check_call<collective::broadcast, braid::detail::copy_only>(in, out, count, root), [&] { do_broadcast(in, out, count, root); });
   }
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void reduce(const T* in, T* out, std::size_t count, int root, Op op = {}) {
-    const braid::detail::call_record k = check_call<collective::reduce, Op>(in, out, count, root);
-    call("reduce", [&] {
-      start_check(k);
+    call(check_call<collective::reduce, Op>(in, out, count, root), [&] {
       if (rank() == root) return do_all_reduce(in, out, count, op);
       std::vector<T> sink(count);
       do_all_reduce(in, sink.data(), count, op);
@@ -165,6 +147,13 @@ public:
   }
 
 private:
+  // Runs collective call `k` (its record, from check_call): its inter-host call check starts first.
+  template <class F> void call(const braid::detail::call_record& k, F&& f) {
+    call(std::string_view(name(k.coll)).data(), [&] {
+      start_check(k);
+      f();
+    });
+  }
   // Runs a call; any error marks the communicator failed.
   template <class F> void call(const char* what, F&& f) {
     begin_call(what);

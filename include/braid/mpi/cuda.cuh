@@ -230,18 +230,12 @@ public:
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void all_reduce(const T* in, T* out, std::size_t count, Op op, cudaStream_t stream) {
-    const braid::detail::call_record k = check_call<collective::all_reduce, Op>(in, out, count, 0);
-    call("all_reduce", stream, [&] {
-      start_check(k);
-      do_all_reduce(in, out, count, op);
-    });
+    call(check_call<collective::all_reduce, Op>(in, out, count, 0), stream, [&] { do_all_reduce(in, out, count, op); });
   }
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void reduce(const T* in, T* out, std::size_t count, int root, Op op, cudaStream_t stream) {
-    const braid::detail::call_record k = check_call<collective::reduce, Op>(in, out, count, root);
-    call("reduce", stream, [&] {
-      start_check(k);
+    call(check_call<collective::reduce, Op>(in, out, count, root), stream, [&] {
       if (rank() == root) return do_all_reduce(in, out, count, op);
       T* sink = sink_.get<T>(count, done_.h);
       do_all_reduce(in, sink, count, op);
@@ -250,25 +244,13 @@ public:
   template <element T, class Op = sum<>>
     requires reduction_for<Op, T>
   void reduce_scatter(const T* in, T* out, std::size_t recv_count, Op op, cudaStream_t stream) {
-    const braid::detail::call_record k = check_call<collective::reduce_scatter, Op>(in, out, recv_count, 0);
-    call("reduce_scatter", stream, [&] {
-      start_check(k);
-      do_reduce_scatter(in, out, recv_count, op);
-    });
+    call(check_call<collective::reduce_scatter, Op>(in, out, recv_count, 0), stream, [&] { do_reduce_scatter(in, out, recv_count, op); });
   }
   template <element T> void all_gather(const T* in, T* out, std::size_t send_count, cudaStream_t stream) {
-    const braid::detail::call_record k = check_call<collective::all_gather, braid::detail::copy_only>(in, out, send_count, 0);
-    call("all_gather", stream, [&] {
-      start_check(k);
-      do_all_gather(in, out, send_count);
-    });
+    call(check_call<collective::all_gather, braid::detail::copy_only>(in, out, send_count, 0), stream, [&] { do_all_gather(in, out, send_count); });
   }
   template <element T> void broadcast(const T* in, T* out, std::size_t count, int root, cudaStream_t stream) {
-    const braid::detail::call_record k = check_call<collective::broadcast, braid::detail::copy_only>(in, out, count, root);
-    call("broadcast", stream, [&] {
-      start_check(k);
-      do_broadcast(in, out, count, root);
-    });
+    call(check_call<collective::broadcast, braid::detail::copy_only>(in, out, count, root), stream, [&] { do_broadcast(in, out, count, root); });
   }
   // span forms (device memory)
   template <element T, class Op = sum<>>
@@ -328,6 +310,13 @@ private:
     live_ = false;
   }
 
+  // Runs collective call `k` (its record, from check_call): its inter-host call check starts first.
+  template <class F> void call(const braid::detail::call_record& k, cudaStream_t stream, F&& f) {
+    call(std::string_view(name(k.coll)).data(), stream, [&] {
+      start_check(k);
+      f();
+    });
+  }
   // Runs a call on this communicator's GPU, after the previous call's copies are done with the
   // scratch and pinned memory; any error marks the communicator failed.
   template <class F> void call(const char* what, cudaStream_t stream, F&& f) {

@@ -94,7 +94,6 @@
 #include "../../core/types.hpp"
 #include "../check.cuh"
 #include "../collectives.cuh"
-#include "../group/communicator.cuh"
 #include "../device/signal.cuh"
 #include "../handles.cuh"
 #include "ipc.cuh"

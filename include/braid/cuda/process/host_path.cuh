@@ -32,7 +32,6 @@
 #include "../../core/types.hpp"
 #include "../check.cuh"
 #include "../collectives.cuh"
-#include "../group/state.cuh"
 #include "../enqueue/launcher.cuh"
 #include "../device/signal.cuh"
 #include "../handles.cuh"
