@@ -1,5 +1,5 @@
 // bench/launch/launch.hpp — braid's CUDA collectives behind plain host functions, for host-compiled
-// callers: the GPU tests (tests/cuda/test_gpu.cpp) and braid-bench --backend cuda.
+// callers: the GPU tests (tests/cuda/group/test_gpu.cpp) and braid-bench --backend cuda.
 //
 // Plain C++: no CUDA headers, so doctest files stay .cpp built by the host compiler. The .cu files
 // behind it hold a braid::cuda group and instantiate only the (collective, type, operator)

@@ -1,7 +1,7 @@
 // tests/comm/orders_rule.hpp — the reduction orders written in docs/guarantees.md ("Exact reduction
 // order"), re-derived from the text with plain loops, and the bit-for-bit check of a run against them.
 // Shared by tests/comm/test_orders.cpp (the host communicator, thread ranks) and
-// tests/cuda/test_orders_emu.cpp (the one-process CUDA communicator on the emulated device).
+// tests/cuda/device/test_orders_emu.cpp (the one-process CUDA communicator on the emulated device).
 //
 // The expected results are computed here from the documented rule alone: the round size, the chunk
 // boundaries, the chunk owners, the tree and butterfly shapes are re-derived from the formulas in the

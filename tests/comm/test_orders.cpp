@@ -1,7 +1,7 @@
 // tests/comm/test_orders.cpp — the reduction orders written in docs/guarantees.md ("Exact reduction
 // order"), checked bit for bit against braid with thread ranks. The rule, re-derived from the text,
 // and the check live in orders_rule.hpp (shared with the CUDA communicator's test on the emulated
-// device, tests/cuda/test_orders_emu.cpp).
+// device, tests/cuda/device/test_orders_emu.cpp).
 #include "orders_rule.hpp"
 
 namespace {

@@ -1,4 +1,4 @@
-// tests/cuda/test_call_cost_emu.cpp — what one collective costs on the host, in runtime calls, for
+// tests/cuda/enqueue/test_call_cost_emu.cpp — what one collective costs on the host, in runtime calls, for
 // every CUDA communicator, counted by the emulated runtime per entry point (braid::emu::
 // runtime_call_log: every call of the calling thread that reaches the runtime, kernel launches
 // included).

@@ -1,4 +1,4 @@
-// tests/cuda/test_close_emu.cpp — what cuda::process_communicator::close() frees, read off the
+// tests/cuda/process/test_close_emu.cpp — what cuda::process_communicator::close() frees, read off the
 // emulated device's memory table (device bytes allocated on each rank's GPU before and after).
 // A healthy group frees every rank's segment (its staging memory and control page). A group whose
 // abort record holds a failure leaves each rank's segment allocated, since peers' kernels may still read it until they see the abort flag:

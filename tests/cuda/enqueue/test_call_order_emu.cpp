@@ -1,4 +1,4 @@
-// tests/cuda/test_call_order_emu.cpp — who orders a rank's calls (braid::cuda::call_order), and the
+// tests/cuda/enqueue/test_call_order_emu.cpp — who orders a rank's calls (braid::cuda::call_order), and the
 // launch's parts of ranks beyond its parameter block, on the emulated device:
 //   - call_order::streams gives the reference's results on the process device path;
 //   - calls that the streams leave unordered, run in different orders on two GPUs, stop the group

@@ -1,4 +1,4 @@
-// tests/cuda/test_orders_emu.cpp — the reduction orders of docs/guarantees.md ("Exact reduction
+// tests/cuda/device/test_orders_emu.cpp — the reduction orders of docs/guarantees.md ("Exact reduction
 // order", CUDA backend) checked bit for bit against the one-process CUDA communicator, on the emulated
 // CUDA device (braid::emu: the kernels' own text, compiled by the host compiler). The rule and the check
 // are the host test's (tests/comm/orders_rule.hpp): the guarantee is that the kernels replay the host's
@@ -12,7 +12,7 @@
 // rounds).
 #include <braid/cuda.cuh>
 
-#include "../comm/orders_rule.hpp"
+#include "../../comm/orders_rule.hpp"
 
 #include <cstdlib>
 

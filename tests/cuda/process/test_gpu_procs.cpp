@@ -1,4 +1,4 @@
-// tests/cuda/test_gpu_procs.cpp — braid::cuda::process_communicator: GPU ranks in separate processes
+// tests/cuda/process/test_gpu_procs.cpp — braid::cuda::process_communicator: GPU ranks in separate processes
 // (forked by the test itself, no mpirun), all on device 0 unless BRAID_GPU_PROCS_DEVICES says how
 // many GPUs to spread them over.
 //

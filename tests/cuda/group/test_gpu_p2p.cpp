@@ -1,4 +1,4 @@
-// tests/cuda/test_gpu_p2p.cpp — point to point on the one-process CUDA communicator
+// tests/cuda/group/test_gpu_p2p.cpp — point to point on the one-process CUDA communicator
 // (braid::cuda::communicator::send / recv), on the emulated CUDA device (braid::emu): one host thread
 // per rank, as a pipeline-parallel trainer drives them.
 //

@@ -1,4 +1,4 @@
-// tests/cuda/test_gpu.cpp — the CUDA backend on a real GPU: braid::cuda groups of 1, 2, 4 and 8 ranks
+// tests/cuda/group/test_gpu.cpp — the CUDA backend on a real GPU: braid::cuda groups of 1, 2, 4 and 8 ranks
 // sharing device 0, driven from this one host thread.
 //
 // How every collective runs here: each rank's part is enqueued on that rank's own stream, all ranks
