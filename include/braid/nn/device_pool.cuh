@@ -66,7 +66,7 @@
 
 namespace braid::nn {
 
-class device_pool {
+class device_pool : public detail::pool_accounting {
 public:
   // A pool for device `device` (an ordinal; invalid_argument if there is no such device). Allocates
   // nothing until asked.
@@ -114,8 +114,7 @@ public:
       b = new_block_locked(bytes, cls, stream);
     }
     b->in_use = true;
-    stats_.in_use += cls;
-    stats_.peak_in_use = std::max(stats_.peak_in_use, stats_.in_use);
+    count_handed_out(cls);
     return b->ptr;
   }
 
@@ -173,15 +172,6 @@ public:
       raise(errc::cuda, std::string(cudaGetErrorName(f.e)) + ": " + cudaGetErrorString(f.e), {}, f.call,
             __FILE__, __LINE__, static_cast<int>(f.e));
     }
-  }
-
-  pool_stats stats() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
-  }
-  void reset_peak() {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.peak_in_use = stats_.in_use;
   }
 
 private:
@@ -361,12 +351,10 @@ private:
   }
 
   int device_;
-  mutable std::mutex mu_;
   std::unordered_map<void*, block> blocks_;          // every block the pool holds, in use or free
   std::map<list_key, std::vector<block*>> free_;     // free blocks ready for their stream
   std::vector<block*> pending_;                      // free blocks waiting for other streams' events
   std::vector<cudaEvent_t> idle_events_;             // recorded on nothing the pool waits for
-  pool_stats stats_;
 };
 
 // n elements of T from a device_pool, given back in stream order on `stream` when the owner goes

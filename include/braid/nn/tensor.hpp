@@ -50,13 +50,39 @@ inline std::ostream& operator<<(std::ostream& os, const pool_stats& s) {
   return os;
 }
 
+namespace detail {
+// What memory_pool and device_pool (nn/device_pool.cuh) keep alike: the statistics, and the one mutex
+// that guards them with the rest of the pool's state.
+class pool_accounting {
+public:
+  pool_stats stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+  void reset_peak() {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.peak_in_use = stats_.in_use;
+  }
+
+protected:
+  // A block of size class `cls` handed out (mu_ held).
+  void count_handed_out(std::size_t cls) noexcept {
+    stats_.in_use += cls;
+    stats_.peak_in_use = std::max(stats_.peak_in_use, stats_.in_use);
+  }
+
+  mutable std::mutex mu_;
+  pool_stats stats_;
+};
+} // namespace detail
+
 // A caching host allocator. Sizes are rounded up to a size class (powers of two from 256 bytes, then
 // multiples of 1 MiB above 4 MiB); a freed block goes to its class's free list and serves the next
 // request of that class. Blocks are 64-byte aligned. Thread-safe (one mutex). Cached blocks are
 // returned to the system by release_cached() or the destructor; blocks still in use when the pool is
 // destroyed are a usage error that the pool cannot report, so pools outlive their tensors (the
 // default pool, memory_pool::host(), lives until exit).
-class memory_pool {
+class memory_pool : public detail::pool_accounting {
 public:
   memory_pool() = default;
   memory_pool(const memory_pool&) = delete;
@@ -96,8 +122,7 @@ public:
       ++stats_.system_allocs;
       stats_.reserved += cls;
     }
-    stats_.in_use += cls;
-    stats_.peak_in_use = std::max(stats_.peak_in_use, stats_.in_use);
+    count_handed_out(cls);
     return p;
   }
 
@@ -124,15 +149,6 @@ public:
     release_cached_locked();
   }
 
-  pool_stats stats() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
-  }
-  void reset_peak() {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.peak_in_use = stats_.in_use;
-  }
-
   // The process-wide pool that tensors use unless given another.
   static memory_pool& host() {
     static memory_pool* pool = new memory_pool(); // never destroyed: tensors may outlive main's locals
@@ -149,9 +165,7 @@ private:
     }
   }
 
-  mutable std::mutex mu_;
   std::map<std::size_t, std::vector<void*>> free_;
-  pool_stats stats_;
 };
 
 // Up to 4 dimensions (N, C, H, W for images; N, F for features).
