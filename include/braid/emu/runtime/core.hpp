@@ -124,6 +124,14 @@ inline void invalidate_capture(stream_state& s) {
   if (s.capture) s.capture->invalidated = true;
 }
 
+// A stream operation that cannot join a capture, called on a capturing stream: invalidates the
+// capture, says why (where `why` is not null) and returns CUDA's error for it.
+inline cudaError_t refuse_in_capture(stream_state& s, const char* call, const char* why) {
+  invalidate_capture(s);
+  if (why) diag(call, why);
+  return cudaErrorStreamCaptureUnsupported;
+}
+
 // Common entry of a stream operation: the stream, or an error.
 inline cudaError_t stream_for(const char* call, cudaStream_t h, std::shared_ptr<stream_state>& s) {
   if (h == cudaStreamPerThread) {

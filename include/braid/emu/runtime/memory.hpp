@@ -72,11 +72,7 @@ inline cudaError_t cudaMallocAsync(void** p, std::size_t bytes, cudaStream_t str
   *p = nullptr;
   std::shared_ptr<stream_state> s;
   if (const cudaError_t e = stream_for("cudaMallocAsync", stream, s)) return fail(e);
-  if (s->capture) {
-    invalidate_capture(*s);
-    diag("cudaMallocAsync", "allocation nodes in a capture are not emulated");
-    return fail(cudaErrorStreamCaptureUnsupported);
-  }
+  if (s->capture) return fail(refuse_in_capture(*s, "cudaMallocAsync", "allocation nodes in a capture are not emulated"));
   if (bytes == 0) return cudaSuccess;
   const int dev = s->legacy ? tls_device : s->device;
   if (bytes > device_memory_bytes || rt().memory().device_bytes(dev) + bytes > device_memory_bytes)
@@ -225,11 +221,7 @@ inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes
   if (const cudaError_t e = stream_for("cudaMemcpyAsync", stream, s)) return fail(e);
   std::function<void()> run;
   if (ss == side::pageable) { // staged now, as CUDA stages pageable sources
-    if (s->capture) {
-      invalidate_capture(*s);
-      diag("cudaMemcpyAsync", "a copy from pageable host memory cannot be captured");
-      return fail(cudaErrorStreamCaptureUnsupported);
-    }
+    if (s->capture) return fail(refuse_in_capture(*s, "cudaMemcpyAsync", "a copy from pageable host memory cannot be captured"));
     run = staged_copy(dst, src, bytes);
   } else {
     run = [dst, src, bytes] { std::memmove(dst, src, bytes); };

@@ -41,10 +41,7 @@ inline cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   BRAID_EMU_ENTER();
   std::shared_ptr<stream_state> s;
   if (const cudaError_t e = stream_for("cudaStreamSynchronize", stream, s)) return fail(e);
-  if (s->capture) {
-    invalidate_capture(*s);
-    return fail(cudaErrorStreamCaptureUnsupported);
-  }
+  if (s->capture) return fail(refuse_in_capture(*s, "cudaStreamSynchronize", nullptr));
   s->wait_for(s->last_enqueued());
   return cudaSuccess;
 }
@@ -55,10 +52,7 @@ inline cudaError_t cudaStreamQuery(cudaStream_t stream) {
   ++tls_runtime_polls;
   std::shared_ptr<stream_state> s;
   if (const cudaError_t e = stream_for("cudaStreamQuery", stream, s)) return fail(e);
-  if (s->capture) {
-    invalidate_capture(*s);
-    return fail(cudaErrorStreamCaptureUnsupported);
-  }
+  if (s->capture) return fail(refuse_in_capture(*s, "cudaStreamQuery", nullptr));
   return s->done_through(s->last_enqueued()) ? cudaSuccess : cudaErrorNotReady;
 }
 
@@ -93,11 +87,7 @@ inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream = nullptr)
   }
   std::shared_ptr<stream_state> s;
   if (const cudaError_t err = stream_for("cudaEventRecord", stream, s)) return fail(err);
-  if (s->capture) {
-    invalidate_capture(*s);
-    diag("cudaEventRecord", "recording an event into a capture is not emulated");
-    return fail(cudaErrorStreamCaptureUnsupported);
-  }
+  if (s->capture) return fail(refuse_in_capture(*s, "cudaEventRecord", "recording an event into a capture is not emulated"));
   auto rec = std::make_shared<event_record>();
   rec->stream = s;
   rec->seq = rt().enqueue(*s, [rec] { rec->at_ns.store(now_ns()); });
@@ -170,11 +160,7 @@ inline cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsig
   }
   auto rec = rt().record_of(ev);
   if (!rec) return cudaSuccess;
-  if (s->capture) {
-    invalidate_capture(*s);
-    diag("cudaStreamWaitEvent", "waiting for an event inside a capture is not emulated");
-    return fail(cudaErrorStreamCaptureUnsupported);
-  }
+  if (s->capture) return fail(refuse_in_capture(*s, "cudaStreamWaitEvent", "waiting for an event inside a capture is not emulated"));
   rt().enqueue(*s, {}, {dependency{rec->stream, rec->seq}});
   return cudaSuccess;
 }
@@ -285,11 +271,7 @@ inline cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t stream) {
   }
   std::shared_ptr<stream_state> s;
   if (const cudaError_t err = stream_for("cudaGraphLaunch", stream, s)) return fail(err);
-  if (s->capture) {
-    invalidate_capture(*s);
-    diag("cudaGraphLaunch", "launching a graph into a capture is not emulated");
-    return fail(cudaErrorStreamCaptureUnsupported);
-  }
+  if (s->capture) return fail(refuse_in_capture(*s, "cudaGraphLaunch", "launching a graph into a capture is not emulated"));
   // External event nodes take the events as they are now: a wait node waits for the record current at
   // this launch; a record node's record is this launch (complete when all of it is).
   std::vector<std::function<void()>> run;
