@@ -274,40 +274,28 @@ inline cublasStatus_t cublas_gemm(const char* call, cublasHandle_t handle, cubla
 
 // ==== the cuBLAS API ==============================================================================
 
+namespace braid::emu::detail {
+// Every status, with the sentence libcublas 13 gives.
+inline constexpr status_text<cublasStatus_t> cublas_statuses[] = {
+    BRAID_EMU_TEXT(CUBLAS_STATUS_SUCCESS, "success"),
+    BRAID_EMU_TEXT(CUBLAS_STATUS_NOT_INITIALIZED, "the library was not initialized"),
+    BRAID_EMU_TEXT(CUBLAS_STATUS_ALLOC_FAILED, "the resource allocation failed"),
+    BRAID_EMU_TEXT(CUBLAS_STATUS_INVALID_VALUE, "an unsupported value or parameter was passed to the function"),
+    BRAID_EMU_TEXT(CUBLAS_STATUS_ARCH_MISMATCH, "the function requires an architectural feature absent from the device"),
+    BRAID_EMU_TEXT(CUBLAS_STATUS_MAPPING_ERROR, "an access to GPU memory space failed"),
+    BRAID_EMU_TEXT(CUBLAS_STATUS_EXECUTION_FAILED, "the function failed to launch on the GPU"),
+    BRAID_EMU_TEXT(CUBLAS_STATUS_INTERNAL_ERROR, "an internal operation failed"),
+    BRAID_EMU_TEXT(CUBLAS_STATUS_NOT_SUPPORTED, "the requested functionality is not supported"),
+    BRAID_EMU_TEXT(CUBLAS_STATUS_LICENSE_ERROR, "the license check failed"),
+};
+} // namespace braid::emu::detail
+
 inline const char* cublasGetStatusName(cublasStatus_t status) {
-  switch (status) {
-#define BRAID_EMU_NAME(x) \
-  case x: return #x;
-    BRAID_EMU_NAME(CUBLAS_STATUS_SUCCESS)
-    BRAID_EMU_NAME(CUBLAS_STATUS_NOT_INITIALIZED)
-    BRAID_EMU_NAME(CUBLAS_STATUS_ALLOC_FAILED)
-    BRAID_EMU_NAME(CUBLAS_STATUS_INVALID_VALUE)
-    BRAID_EMU_NAME(CUBLAS_STATUS_ARCH_MISMATCH)
-    BRAID_EMU_NAME(CUBLAS_STATUS_MAPPING_ERROR)
-    BRAID_EMU_NAME(CUBLAS_STATUS_EXECUTION_FAILED)
-    BRAID_EMU_NAME(CUBLAS_STATUS_INTERNAL_ERROR)
-    BRAID_EMU_NAME(CUBLAS_STATUS_NOT_SUPPORTED)
-    BRAID_EMU_NAME(CUBLAS_STATUS_LICENSE_ERROR)
-#undef BRAID_EMU_NAME
-  }
-  return "CUBLAS_STATUS_UNKNOWN";
+  return braid::emu::detail::status_name(braid::emu::detail::cublas_statuses, status, "CUBLAS_STATUS_UNKNOWN");
 }
 
-// The sentences libcublas 13 gives.
 inline const char* cublasGetStatusString(cublasStatus_t status) {
-  switch (status) {
-  case CUBLAS_STATUS_SUCCESS: return "success";
-  case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
-  case CUBLAS_STATUS_ALLOC_FAILED: return "the resource allocation failed";
-  case CUBLAS_STATUS_INVALID_VALUE: return "an unsupported value or parameter was passed to the function";
-  case CUBLAS_STATUS_ARCH_MISMATCH: return "the function requires an architectural feature absent from the device";
-  case CUBLAS_STATUS_MAPPING_ERROR: return "an access to GPU memory space failed";
-  case CUBLAS_STATUS_EXECUTION_FAILED: return "the function failed to launch on the GPU";
-  case CUBLAS_STATUS_INTERNAL_ERROR: return "an internal operation failed";
-  case CUBLAS_STATUS_NOT_SUPPORTED: return "the requested functionality is not supported";
-  case CUBLAS_STATUS_LICENSE_ERROR: return "the license check failed";
-  }
-  return "unknown error";
+  return braid::emu::detail::status_sentence(braid::emu::detail::cublas_statuses, status, "unknown error");
 }
 
 // A handle on the current device, on its legacy default stream, host pointer mode.

@@ -333,80 +333,88 @@ inline cudaError_t cudaGetLastError() {
 }
 inline cudaError_t cudaPeekAtLastError() { return braid::emu::detail::tls_last_error; }
 
+namespace braid::emu::detail {
+// An error or status code with its name and the sentence the library gives for it (null: the
+// library's general sentence), for cudaGetErrorName/String and cublasGetStatusName/String.
+template <class E> struct status_text {
+  E code;
+  const char* name;
+  const char* sentence;
+};
+// A status_text row: `code`, named as it is spelled.
+#define BRAID_EMU_TEXT(code, sentence) {code, #code, sentence}
+
+// `code`'s row in `table`, or null.
+template <class E, std::size_t N> const status_text<E>* status_row(const status_text<E> (&table)[N], E code) {
+  for (const status_text<E>& t : table)
+    if (t.code == code) return &t;
+  return nullptr;
+}
+// `code`'s name in `table`, or `otherwise` where the table has no row for it.
+template <class E, std::size_t N>
+const char* status_name(const status_text<E> (&table)[N], E code, const char* otherwise) {
+  const status_text<E>* t = status_row(table, code);
+  return t ? t->name : otherwise;
+}
+// `code`'s sentence in `table`, or `otherwise` where the table has none for it.
+template <class E, std::size_t N>
+const char* status_sentence(const status_text<E> (&table)[N], E code, const char* otherwise) {
+  const status_text<E>* t = status_row(table, code);
+  return t && t->sentence ? t->sentence : otherwise;
+}
+
+// Every error the emulated runtime gives, with CUDA's sentence where the emulator has one.
+inline constexpr status_text<cudaError_t> cuda_errors[] = {
+    BRAID_EMU_TEXT(cudaSuccess, "no error"),
+    BRAID_EMU_TEXT(cudaErrorInvalidValue, "invalid argument"),
+    BRAID_EMU_TEXT(cudaErrorMemoryAllocation, "out of memory"),
+    BRAID_EMU_TEXT(cudaErrorInitializationError, "initialization error (the emulated runtime was started before fork())"),
+    BRAID_EMU_TEXT(cudaErrorCudartUnloading, nullptr),
+    BRAID_EMU_TEXT(cudaErrorInvalidConfiguration, "invalid configuration argument"),
+    BRAID_EMU_TEXT(cudaErrorInvalidPitchValue, "invalid pitch argument"),
+    BRAID_EMU_TEXT(cudaErrorInvalidDevicePointer, nullptr),
+    BRAID_EMU_TEXT(cudaErrorInvalidMemcpyDirection, "invalid copy direction for memcpy"),
+    BRAID_EMU_TEXT(cudaErrorInsufficientDriver, nullptr),
+    BRAID_EMU_TEXT(cudaErrorInvalidDeviceFunction, nullptr),
+    BRAID_EMU_TEXT(cudaErrorNoDevice, "no CUDA-capable device is detected"),
+    BRAID_EMU_TEXT(cudaErrorInvalidDevice, "invalid device ordinal"),
+    BRAID_EMU_TEXT(cudaErrorDeviceUninitialized, "invalid device context"),
+    BRAID_EMU_TEXT(cudaErrorMapBufferObjectFailed, "mapping of buffer object failed"),
+    BRAID_EMU_TEXT(cudaErrorAlreadyMapped, nullptr),
+    BRAID_EMU_TEXT(cudaErrorNotMapped, nullptr),
+    BRAID_EMU_TEXT(cudaErrorPeerAccessUnsupported, nullptr),
+    BRAID_EMU_TEXT(cudaErrorOperatingSystem, nullptr),
+    BRAID_EMU_TEXT(cudaErrorInvalidResourceHandle, "invalid resource handle"),
+    BRAID_EMU_TEXT(cudaErrorIllegalState, nullptr),
+    BRAID_EMU_TEXT(cudaErrorSymbolNotFound, nullptr),
+    BRAID_EMU_TEXT(cudaErrorNotReady, "device not ready"),
+    BRAID_EMU_TEXT(cudaErrorIllegalAddress, nullptr),
+    BRAID_EMU_TEXT(cudaErrorLaunchOutOfResources, nullptr),
+    BRAID_EMU_TEXT(cudaErrorPeerAccessAlreadyEnabled, "peer access is already enabled"),
+    BRAID_EMU_TEXT(cudaErrorPeerAccessNotEnabled, "peer access has not been enabled"),
+    BRAID_EMU_TEXT(cudaErrorContextIsDestroyed, nullptr),
+    BRAID_EMU_TEXT(cudaErrorTooManyPeers, nullptr),
+    BRAID_EMU_TEXT(cudaErrorHostMemoryAlreadyRegistered, nullptr),
+    BRAID_EMU_TEXT(cudaErrorHostMemoryNotRegistered, nullptr),
+    BRAID_EMU_TEXT(cudaErrorLaunchFailure, nullptr),
+    BRAID_EMU_TEXT(cudaErrorCooperativeLaunchTooLarge, nullptr),
+    BRAID_EMU_TEXT(cudaErrorNotSupported, "operation not supported"),
+    BRAID_EMU_TEXT(cudaErrorStreamCaptureUnsupported, "operation not permitted when stream is capturing"),
+    BRAID_EMU_TEXT(cudaErrorStreamCaptureInvalidated, "operation failed due to a previous error during capture"),
+    BRAID_EMU_TEXT(cudaErrorStreamCaptureUnmatched, "capture was not initiated in this stream"),
+    BRAID_EMU_TEXT(cudaErrorStreamCaptureImplicit, "operation would make the legacy stream depend on a capturing blocking stream"),
+    BRAID_EMU_TEXT(cudaErrorStreamCaptureWrongThread, "attempt to terminate a thread-local capture sequence from another thread"),
+    BRAID_EMU_TEXT(cudaErrorUnknown, nullptr),
+};
+} // namespace braid::emu::detail
+
 inline const char* cudaGetErrorName(cudaError_t e) {
-  switch (e) {
-#define BRAID_EMU_NAME(x) \
-  case x: return #x;
-    BRAID_EMU_NAME(cudaSuccess)
-    BRAID_EMU_NAME(cudaErrorInvalidValue)
-    BRAID_EMU_NAME(cudaErrorMemoryAllocation)
-    BRAID_EMU_NAME(cudaErrorInitializationError)
-    BRAID_EMU_NAME(cudaErrorCudartUnloading)
-    BRAID_EMU_NAME(cudaErrorInvalidConfiguration)
-    BRAID_EMU_NAME(cudaErrorInvalidPitchValue)
-    BRAID_EMU_NAME(cudaErrorInvalidDevicePointer)
-    BRAID_EMU_NAME(cudaErrorInvalidMemcpyDirection)
-    BRAID_EMU_NAME(cudaErrorInsufficientDriver)
-    BRAID_EMU_NAME(cudaErrorInvalidDeviceFunction)
-    BRAID_EMU_NAME(cudaErrorNoDevice)
-    BRAID_EMU_NAME(cudaErrorInvalidDevice)
-    BRAID_EMU_NAME(cudaErrorDeviceUninitialized)
-    BRAID_EMU_NAME(cudaErrorMapBufferObjectFailed)
-    BRAID_EMU_NAME(cudaErrorAlreadyMapped)
-    BRAID_EMU_NAME(cudaErrorNotMapped)
-    BRAID_EMU_NAME(cudaErrorPeerAccessUnsupported)
-    BRAID_EMU_NAME(cudaErrorOperatingSystem)
-    BRAID_EMU_NAME(cudaErrorInvalidResourceHandle)
-    BRAID_EMU_NAME(cudaErrorIllegalState)
-    BRAID_EMU_NAME(cudaErrorSymbolNotFound)
-    BRAID_EMU_NAME(cudaErrorNotReady)
-    BRAID_EMU_NAME(cudaErrorIllegalAddress)
-    BRAID_EMU_NAME(cudaErrorLaunchOutOfResources)
-    BRAID_EMU_NAME(cudaErrorPeerAccessAlreadyEnabled)
-    BRAID_EMU_NAME(cudaErrorPeerAccessNotEnabled)
-    BRAID_EMU_NAME(cudaErrorContextIsDestroyed)
-    BRAID_EMU_NAME(cudaErrorTooManyPeers)
-    BRAID_EMU_NAME(cudaErrorHostMemoryAlreadyRegistered)
-    BRAID_EMU_NAME(cudaErrorHostMemoryNotRegistered)
-    BRAID_EMU_NAME(cudaErrorLaunchFailure)
-    BRAID_EMU_NAME(cudaErrorCooperativeLaunchTooLarge)
-    BRAID_EMU_NAME(cudaErrorNotSupported)
-    BRAID_EMU_NAME(cudaErrorStreamCaptureUnsupported)
-    BRAID_EMU_NAME(cudaErrorStreamCaptureInvalidated)
-    BRAID_EMU_NAME(cudaErrorStreamCaptureUnmatched)
-    BRAID_EMU_NAME(cudaErrorStreamCaptureImplicit)
-    BRAID_EMU_NAME(cudaErrorStreamCaptureWrongThread)
-    BRAID_EMU_NAME(cudaErrorUnknown)
-#undef BRAID_EMU_NAME
-  }
-  return "cudaErrorUnknown";
+  return braid::emu::detail::status_name(braid::emu::detail::cuda_errors, e, "cudaErrorUnknown");
 }
 
 inline const char* cudaGetErrorString(cudaError_t e) {
-  switch (e) {
-  case cudaSuccess: return "no error";
-  case cudaErrorInvalidValue: return "invalid argument";
-  case cudaErrorMemoryAllocation: return "out of memory";
-  case cudaErrorInitializationError: return "initialization error (the emulated runtime was started before fork())";
-  case cudaErrorInvalidConfiguration: return "invalid configuration argument";
-  case cudaErrorInvalidPitchValue: return "invalid pitch argument";
-  case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
-  case cudaErrorNoDevice: return "no CUDA-capable device is detected";
-  case cudaErrorInvalidDevice: return "invalid device ordinal";
-  case cudaErrorDeviceUninitialized: return "invalid device context";
-  case cudaErrorMapBufferObjectFailed: return "mapping of buffer object failed";
-  case cudaErrorInvalidResourceHandle: return "invalid resource handle";
-  case cudaErrorNotReady: return "device not ready";
-  case cudaErrorPeerAccessAlreadyEnabled: return "peer access is already enabled";
-  case cudaErrorPeerAccessNotEnabled: return "peer access has not been enabled";
-  case cudaErrorNotSupported: return "operation not supported";
-  case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
-  case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
-  case cudaErrorStreamCaptureUnmatched: return "capture was not initiated in this stream";
-  case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
-  case cudaErrorStreamCaptureWrongThread: return "attempt to terminate a thread-local capture sequence from another thread";
-  default: return "an error the emulated runtime names in cudaGetErrorName";
-  }
+  return braid::emu::detail::status_sentence(braid::emu::detail::cuda_errors, e,
+                                             "an error the emulated runtime names in cudaGetErrorName");
 }
 
 inline cudaError_t cudaRuntimeGetVersion(int* v) {
