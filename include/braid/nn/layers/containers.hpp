@@ -124,21 +124,24 @@ public:
     return dx;
   }
   void collect(std::vector<parameter*>& params, std::vector<tensor*>& buffers) override {
-    main_.collect(params, buffers);
-    if (shortcut_) shortcut_->collect(params, buffers);
+    each_path([&](sequential<T>& s) { s.collect(params, buffers); });
   }
   void set_training(bool on) override {
     this->training_ = on;
-    main_.set_training(on);
-    if (shortcut_) shortcut_->set_training(on);
+    each_path([on](sequential<T>& s) { s.set_training(on); });
   }
   void set_grad_hook(grad_hook* h) override {
     this->hook_ = h;
-    main_.set_grad_hook(h);
-    if (shortcut_) shortcut_->set_grad_hook(h);
+    each_path([h](sequential<T>& s) { s.set_grad_hook(h); });
   }
 
 private:
+  // f(main path), then f(shortcut) where there is one: the order collect() lists the parameters in.
+  template <class F> void each_path(F f) {
+    f(main_);
+    if (shortcut_) f(*shortcut_);
+  }
+
   sequential<T> main_;
   std::unique_ptr<sequential<T>> shortcut_;
   relu<T> out_;
