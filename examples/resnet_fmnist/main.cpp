@@ -178,18 +178,22 @@ void share_rngs(braid::communicator& host, shared_state& sh) {
 }
 
 // What every checkpoint of this trainer records of the run, host or CUDA: how it was run, where it
-// stopped, and every rank's augmentation engine (all current: the caller has synchronised the ranks).
-void put_run(checkpoint& ck, const config& cfg, const shared_state& sh, std::int64_t epochs_done, std::int64_t step) {
+// stopped, every rank's augmentation engine (all current: the caller has synchronised the ranks) and
+// the model (the host model: the CUDA path stores its weights there first).
+void put_run(checkpoint& ck, const config& cfg, const shared_state& sh, module<float>& model, std::int64_t epochs_done,
+             std::int64_t step) {
   ck.put_string("backend", cfg.backend);
   ck.put_int("ranks", cfg.ranks);
   ck.put_string("precision", cfg.precision);
   for (int r = 0; r < cfg.ranks; ++r) ck.put_rng("rng." + std::to_string(r), sh.rngs[std::size_t(r)]);
   ck.put_int("epoch", epochs_done);
   ck.put_int("step", step);
+  ck.put_module("model.", model);
 }
-// On --resume: refuses a checkpoint of another run's shape, restores this rank's engine, and returns
-// {epochs done, steps done}.
-std::pair<std::int64_t, std::int64_t> get_run(const checkpoint& ck, const config& cfg, int rank, std::mt19937_64& rng) {
+// On --resume: refuses a checkpoint of another run's shape, restores this rank's engine and the
+// model, and returns {epochs done, steps done}.
+std::pair<std::int64_t, std::int64_t> get_run(const checkpoint& ck, const config& cfg, int rank, std::mt19937_64& rng,
+                                              module<float>& model) {
   const std::string backend = ck.has("backend") ? ck.get_string("backend") : "host";
   if (backend != cfg.backend || ck.get_int("ranks") != cfg.ranks || ck.get_string("precision") != cfg.precision)
     throw braid::invalid_argument("--resume: " + cfg.resume + " was written by a run with --backend " + backend + " --ranks " +
@@ -199,7 +203,17 @@ std::pair<std::int64_t, std::int64_t> get_run(const checkpoint& ck, const config
   ck.get_rng("rng." + std::to_string(rank), rng);
   const std::int64_t epoch = ck.get_int("epoch"), step = ck.get_int("step");
   if (rank == 0) std::printf("resumed from %s at epoch %lld, step %lld\n", cfg.resume.c_str(), (long long)epoch, (long long)step);
+  ck.get_module("model.", model);
   return {epoch, step};
+}
+// --optimizer's optimizer, made as Sgd, Adam or Lamb<float>(args..., hyperparameters): nn's
+// optimizers or their fused counterparts, with the same hyperparameters (SGD: Nesterov momentum 0.9;
+// AdamW; LAMB; weight decay --wd).
+template <class Base, template <class> class Sgd, template <class> class Adam, template <class> class Lamb, class... Args>
+std::unique_ptr<Base> make_optimizer(const config& cfg, const Args&... args) {
+  if (cfg.optimizer == "sgd") return std::make_unique<Sgd<float>>(args..., 0.9, cfg.wd, true);
+  if (cfg.optimizer == "adamw") return std::make_unique<Adam<float>>(args..., cfg.wd, true);
+  return std::make_unique<Lamb<float>>(args..., cfg.wd);
 }
 // The loss scaler's state in a checkpoint (mixed precision).
 void put_scaler(checkpoint& ck, double scale, int clean, std::uint64_t skipped) {
@@ -304,16 +318,12 @@ void train_cuda_rank(const config& cfg, Comm& comm, const image_dataset& train, 
     float* const master = master_mem.get();
     fused::loss_scaler scaler(res.compute.h);
     const fused::flat_params<float> fp{mixed ? master : net.values(), net.grads(), net.size(), net.segments()};
-    std::unique_ptr<fused::optimizer<float>> opt;
-    if (cfg.optimizer == "sgd") opt = std::make_unique<fused::sgd<float>>(fp, res.compute.h, 0.9, cfg.wd, true);
-    else if (cfg.optimizer == "adamw") opt = std::make_unique<fused::adam<float>>(fp, res.compute.h, cfg.wd, true);
-    else opt = std::make_unique<fused::lamb<float>>(fp, res.compute.h, cfg.wd);
+    const auto opt = make_optimizer<fused::optimizer<float>, fused::sgd, fused::adam, fused::lamb>(cfg, fp, res.compute.h);
     std::mt19937_64& rng = sh.rngs[std::size_t(rank)];
     std::int64_t epoch = 0, step = 0;
     if (!cfg.resume.empty()) {
       checkpoint ck = checkpoint::load(cfg.resume);
-      std::tie(epoch, step) = get_run(ck, cfg, rank, rng);
-      ck.get_module("model.", *host_model);
+      std::tie(epoch, step) = get_run(ck, cfg, rank, rng, *host_model);
       net.load(*host_model);
       for (std::size_t k = 0; k < opt->state_count(); ++k) {
         tensor st({net.size()}, braid::dtype::float32);
@@ -448,8 +458,7 @@ void train_cuda_rank(const config& cfg, Comm& comm, const image_dataset& train, 
         if (rank == 0) {
           net.store(*host_model);
           checkpoint ck;
-          put_run(ck, cfg, sh, epoch + 1, step);
-          ck.put_module("model.", *host_model);
+          put_run(ck, cfg, sh, *host_model, epoch + 1, step);
           for (std::size_t k = 0; k < opt->state_count(); ++k) {
             tensor st({net.size()}, braid::dtype::float32);
             BRAID_CUDA_CHECK(cudaMemcpyAsync(st.data<float>(), opt->state(k), std::size_t(net.size()) * sizeof(float),
@@ -604,17 +613,13 @@ int main(int argc, char** argv) {
         mp = std::make_unique<mixed_precision>(opt_params, compute);
         opt_params = mp->master_params();
       }
-      std::unique_ptr<optimizer<float>> opt;
-      if (cfg.optimizer == "sgd") opt = std::make_unique<sgd<float>>(opt_params, 0.9, cfg.wd, true);
-      else if (cfg.optimizer == "adamw") opt = make_adamw<float>(opt_params, cfg.wd);
-      else opt = std::make_unique<lamb<float>>(opt_params, cfg.wd);
+      const auto opt = make_optimizer<optimizer<float>, sgd, adam, lamb>(cfg, opt_params);
       loss_scaler scaler;
       std::mt19937_64& rng = sh.rngs[std::size_t(rank)];
       std::int64_t epoch = 0, step = 0;
       if (!cfg.resume.empty()) {
         checkpoint ck = checkpoint::load(cfg.resume);
-        std::tie(epoch, step) = get_run(ck, cfg, rank, rng);
-        ck.get_module("model.", *model);
+        std::tie(epoch, step) = get_run(ck, cfg, rank, rng, *model);
         if (mp) {
           auto mps = mp->master_params();
           for (std::size_t i = 0; i < mps.size(); ++i) ck.get("master." + std::to_string(i), mps[i]->value);
@@ -697,8 +702,7 @@ int main(int argc, char** argv) {
           else comm.barrier();
           if (rank == 0) {
             checkpoint ck;
-            put_run(ck, cfg, sh, epoch + 1, step);
-            ck.put_module("model.", *model);
+            put_run(ck, cfg, sh, *model, epoch + 1, step);
             if (mp) {
               auto mps = mp->master_params();
               for (std::size_t i = 0; i < mps.size(); ++i) ck.put("master." + std::to_string(i), mps[i]->value);
