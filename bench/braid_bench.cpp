@@ -8,6 +8,9 @@
 
 #include <braid/launch/fork.hpp>
 
+#include <iterator>
+#include <utility>
+
 #include <sched.h>
 
 namespace {
@@ -146,6 +149,14 @@ template <class T, class Parse> bool parse_list(std::string_view s, std::vector<
   }
 }
 
+// The flags that take no value, and the switch each turns on.
+constexpr std::pair<std::string_view, bool config::*> switch_flags[] = {
+    {"--inject-fault", &config::inject_fault},
+    {"--enqueue-time", &config::enqueue_time},
+    {"--graph", &config::graph},
+    {"--kernel", &config::kernel},
+};
+
 // Returns exit_ok when `cfg` is ready, otherwise the exit status (help: -1 → exit 0 after printing).
 int parse_args(int argc, char** argv, config& cfg) {
   auto bad = [&](const std::string& msg) {
@@ -177,20 +188,9 @@ int parse_args(int argc, char** argv, config& cfg) {
       v = argv[++i];
       return true;
     };
-    if (a == "--inject-fault") {
-      cfg.inject_fault = true;
-      continue;
-    }
-    if (a == "--enqueue-time") {
-      cfg.enqueue_time = true;
-      continue;
-    }
-    if (a == "--graph") {
-      cfg.graph = true;
-      continue;
-    }
-    if (a == "--kernel") {
-      cfg.kernel = true;
+    const auto sw = std::find_if(std::begin(switch_flags), std::end(switch_flags), [&](const auto& f) { return f.first == a; });
+    if (sw != std::end(switch_flags)) {
+      cfg.*(sw->second) = true;
       continue;
     }
     if (a == "-h" || a == "--help") {
