@@ -454,6 +454,58 @@ template <class T> struct pattern {
   bool same_bits(const T& got, const T& want) const { return std::memcmp(&got, &want, sizeof(T)) == 0; }
 };
 
+// ---- the check: what each rank's buffers must hold after a call (both the host and CUDA harnesses) --
+
+// send_recv's ring: rank r receives from rank r - 1.
+inline int recv_peer(int r, int n) { return (r + n - 1) % n; }
+
+// The elements of p[0..n_el) that are not, to the bit, rank src's pattern from global index g0.
+template <class T> std::int64_t wrong_bits(const pattern<T>& pat, const T* p, std::uint64_t n_el, int src, std::uint64_t g0) {
+  std::int64_t wrong = 0;
+  for (std::uint64_t j = 0; j < n_el; ++j) wrong += !pat.same_bits(p[j], pat.gen(src, g0 + j));
+  return wrong;
+}
+
+// What rank r of n got wrong in its output `out` (within the output buffer that starts at buf0) after
+// collective c of `count` elements: elements that are not the reduction or the right rank's pattern,
+// and, on reduce's other ranks out of place, bytes that are no longer the poison (out is the root's
+// only).
+template <class T>
+std::int64_t wrong_in_output(const pattern<T>& pat, collective c, int r, int n, int root, bool in_place, const T* buf0,
+                             const T* out, std::uint64_t count) {
+  std::int64_t wrong = 0;
+  auto expect_reduced = [&](const T* p, std::uint64_t n_el, std::uint64_t g0) {
+    for (std::uint64_t j = 0; j < n_el; ++j) wrong += !pat.reduced_ok(p[j], g0 + j);
+  };
+  auto expect_bits = [&](const T* p, std::uint64_t n_el, int src, std::uint64_t g0) { wrong += wrong_bits(pat, p, n_el, src, g0); };
+  auto expect_poison = [&](const T* p, std::uint64_t n_el) {
+    const auto* b = reinterpret_cast<const std::byte*>(p);
+    for (std::uint64_t j = 0; j < n_el * sizeof(T); ++j) wrong += b[j] != poison;
+  };
+  switch (c) {
+  case collective::all_reduce: expect_reduced(out, count, 0); break;
+  case collective::reduce:
+    if (r == root) expect_reduced(out, count, 0);
+    else if (!in_place) expect_poison(out, count);
+    break;
+  case collective::reduce_scatter: expect_reduced(out, count, static_cast<std::uint64_t>(r) * count); break;
+  case collective::all_gather:
+    for (int b = 0; b < n; ++b) expect_bits(buf0 + static_cast<std::uint64_t>(b) * count, count, b, 0);
+    break;
+  case collective::broadcast: expect_bits(out, count, root, 0); break;
+  case collective::send_recv: expect_bits(out, count, recv_peer(r, n), 0); break;
+  default: break;
+  }
+  return wrong;
+}
+
+// Whether rank r's input is also its output (in place, where the call overwrites it); any other input
+// must come back unchanged.
+inline bool input_is_output(collective c, bool in_place, int r, int root) {
+  return in_place && (c == collective::all_reduce || c == collective::broadcast || c == collective::reduce_scatter ||
+                      (c == collective::reduce && r == root));
+}
+
 inline std::uint64_t hash_bytes(const void* p, std::size_t n) {
   const auto* b = static_cast<const unsigned char*>(p);
   std::uint64_t h = 0xcbf29ce484222325ULL;
@@ -794,7 +846,7 @@ private:
     T* const buf0 = reinterpret_cast<T*>(bout->data());
     const bool copy = !has_reduction(c);
     const bool replicated = c == collective::all_reduce || c == collective::all_gather || c == collective::broadcast;
-    const int src_peer = (r_ + n_ - 1) % n_;
+    const int src_peer = recv_peer(r_, n_);
     const braid::call_options co{a};
 
     auto once = [&] {
@@ -838,36 +890,8 @@ private:
       bd_.sync(timeout_); // everyone enters the checked call together
       once();
       if (cfg_.inject_fault && r_ == n_ - 1 && count > 0) reinterpret_cast<unsigned char*>(out)[0] ^= 0x40;
-      std::int64_t wrong = 0;
-      auto expect_reduced = [&](const T* p, std::uint64_t n_el, std::uint64_t g0) {
-        for (std::uint64_t j = 0; j < n_el; ++j) wrong += !pat.reduced_ok(p[j], g0 + j);
-      };
-      auto expect_bits = [&](const T* p, std::uint64_t n_el, int src, std::uint64_t g0) {
-        for (std::uint64_t j = 0; j < n_el; ++j) wrong += !pat.same_bits(p[j], pat.gen(src, g0 + j));
-      };
-      auto expect_poison = [&](const T* p, std::uint64_t n_el) {
-        const auto* b = reinterpret_cast<const std::byte*>(p);
-        for (std::uint64_t j = 0; j < n_el * sizeof(T); ++j) wrong += b[j] != poison;
-      };
-      switch (c) {
-      case collective::all_reduce: expect_reduced(out, count, 0); break;
-      case collective::reduce:
-        if (r_ == root) expect_reduced(out, count, 0);
-        else if (!in_place) expect_poison(out, count); // out is written on the root only
-        break;
-      case collective::reduce_scatter: expect_reduced(out, count, r * count); break;
-      case collective::all_gather:
-        for (int b = 0; b < n_; ++b) expect_bits(buf0 + static_cast<std::uint64_t>(b) * count, count, b, 0);
-        break;
-      case collective::broadcast: expect_bits(out, count, root, 0); break;
-      case collective::send_recv: expect_bits(out, count, src_peer, 0); break;
-      default: break;
-      }
-      // Inputs that are not also the output must come back unchanged.
-      const bool input_is_output =
-          in_place && (c == collective::all_reduce || c == collective::broadcast || c == collective::reduce_scatter ||
-                       (c == collective::reduce && r_ == root));
-      if (!input_is_output) expect_bits(in, in_n, r_, 0);
+      std::int64_t wrong = wrong_in_output(pat, c, r_, n_, root, in_place, buf0, out, count);
+      if (!input_is_output(c, in_place, r_, root)) wrong += wrong_bits(pat, in, in_n, r_, 0);
       wrong += bout->guard_damage();
       if (bin) wrong += bin->guard_damage();
       mine.wrong += wrong;

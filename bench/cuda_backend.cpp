@@ -564,30 +564,8 @@ private:
         if (cfg_.inject_fault && r == n_ - 1 && count > 0) ob[static_cast<std::size_t>(out_at) * sizeof(T)] ^= std::byte{0x40};
         const T* buf0 = reinterpret_cast<const T*>(ob.data());
         const T* out = buf0 + out_at;
-        auto expect_reduced = [&](const T* p, std::uint64_t n_el, std::uint64_t g0) {
-          for (std::uint64_t j = 0; j < n_el; ++j) wrong += !pat.reduced_ok(p[j], g0 + j);
-        };
-        auto expect_bits = [&](const T* p, std::uint64_t n_el, int src, std::uint64_t g0) {
-          for (std::uint64_t j = 0; j < n_el; ++j) wrong += !pat.same_bits(p[j], pat.gen(src, g0 + j));
-        };
-        switch (c) {
-        case collective::all_reduce: expect_reduced(out, count, 0); break;
-        case collective::reduce:
-          if (r == root) expect_reduced(out, count, 0);
-          else if (!in_place)
-            for (std::size_t b = 0; b < count * sizeof(T); ++b) wrong += ob[b] != poison;
-          break;
-        case collective::reduce_scatter: expect_reduced(out, count, ur * count); break;
-        case collective::all_gather:
-          for (int b = 0; b < n_; ++b) expect_bits(buf0 + static_cast<std::uint64_t>(b) * count, count, b, 0);
-          break;
-        case collective::broadcast: expect_bits(out, count, root, 0); break;
-        default: break;
-        }
-        const bool input_is_output =
-            in_place && (c == collective::all_reduce || c == collective::broadcast || c == collective::reduce_scatter ||
-                         (c == collective::reduce && r == root));
-        if (!input_is_output) {
+        wrong += wrong_in_output(pat, c, r, n_, root, in_place, buf0, out, count);
+        if (!input_is_output(c, in_place, r, root)) {
           std::vector<std::byte> ib_storage;
           const T* in_host = nullptr;
           if (bin[ur]) {
@@ -596,7 +574,7 @@ private:
           } else {
             in_host = buf0 + (ins[ur] - reinterpret_cast<T*>(bout[ur]->data()));
           }
-          expect_bits(in_host, in_n, r, 0);
+          wrong += wrong_bits(pat, in_host, in_n, r, 0);
         }
         if (replicated) {
           const std::size_t bytes = out_n * sizeof(T);
