@@ -233,13 +233,9 @@ public:
   void forward(const tensor& x, const tensor& gamma, const tensor& beta, bool training, tensor& mean, tensor& var,
                tensor& y) {
     prepare(x, training);
-    const memory::desc s = stat_md();
-    fwd_->execute(strm_, {{DNNL_ARG_SRC, memory(data_, cpu(), x.raw())},
-                          {DNNL_ARG_DST, memory(data_, cpu(), y.raw())},
-                          {DNNL_ARG_SCALE, memory(s, cpu(), gamma.raw())},
-                          {DNNL_ARG_SHIFT, memory(s, cpu(), beta.raw())},
-                          {DNNL_ARG_MEAN, memory(s, cpu(), mean.raw())},
-                          {DNNL_ARG_VARIANCE, memory(s, cpu(), var.raw())}});
+    std::unordered_map<int, memory> args = common_args(x, gamma, beta, mean, var);
+    args.emplace(DNNL_ARG_DST, memory(data_, cpu(), y.raw()));
+    fwd_->execute(strm_, args);
     strm_.wait();
   }
 
@@ -249,15 +245,12 @@ public:
                 tensor& dx, tensor& dgamma, tensor& dbeta) {
     apply_threads();
     const memory::desc s = stat_md();
-    bwd_->execute(strm_, {{DNNL_ARG_SRC, memory(data_, cpu(), x.raw())},
-                          {DNNL_ARG_DIFF_DST, memory(data_, cpu(), dy.raw())},
-                          {DNNL_ARG_DIFF_SRC, memory(data_, cpu(), dx.raw())},
-                          {DNNL_ARG_SCALE, memory(s, cpu(), gamma.raw())},
-                          {DNNL_ARG_SHIFT, memory(s, cpu(), beta.raw())},
-                          {DNNL_ARG_MEAN, memory(s, cpu(), mean.raw())},
-                          {DNNL_ARG_VARIANCE, memory(s, cpu(), var.raw())},
-                          {DNNL_ARG_DIFF_SCALE, memory(s, cpu(), dgamma.raw())},
-                          {DNNL_ARG_DIFF_SHIFT, memory(s, cpu(), dbeta.raw())}});
+    std::unordered_map<int, memory> args = common_args(x, gamma, beta, mean, var);
+    args.emplace(DNNL_ARG_DIFF_DST, memory(data_, cpu(), dy.raw()));
+    args.emplace(DNNL_ARG_DIFF_SRC, memory(data_, cpu(), dx.raw()));
+    args.emplace(DNNL_ARG_DIFF_SCALE, memory(s, cpu(), dgamma.raw()));
+    args.emplace(DNNL_ARG_DIFF_SHIFT, memory(s, cpu(), dbeta.raw()));
+    bwd_->execute(strm_, args);
     strm_.wait();
   }
 
@@ -268,6 +261,16 @@ public:
 
 private:
   memory::desc stat_md() const { return memory::desc({c_}, memory::data_type::f32, memory::format_tag::x); }
+  // The arguments forward and backward both take: x, and the scale, shift and statistics.
+  std::unordered_map<int, memory> common_args(const tensor& x, const tensor& gamma, const tensor& beta, const tensor& mean,
+                                              const tensor& var) const {
+    const memory::desc s = stat_md();
+    return {{DNNL_ARG_SRC, memory(data_, cpu(), x.raw())},
+            {DNNL_ARG_SCALE, memory(s, cpu(), gamma.raw())},
+            {DNNL_ARG_SHIFT, memory(s, cpu(), beta.raw())},
+            {DNNL_ARG_MEAN, memory(s, cpu(), mean.raw())},
+            {DNNL_ARG_VARIANCE, memory(s, cpu(), var.raw())}};
+  }
   void prepare(const tensor& x, bool training) {
     const int nthr = apply_threads();
     const memory::dims xd{x.dim(0), x.dim(1), x.dim(2), x.dim(3)};
