@@ -657,6 +657,16 @@ struct channel { // a pipe for small messages between forked processes
     }                             \
   } while (0)
 
+// In a child: 4096 bytes of device memory at p, their IPC handle sent on `to`. 0, or the code of the
+// CHILD_CHECK that failed.
+int export_block(void*& p, channel& to) {
+  CHILD_CHECK(cudaMalloc(&p, 4096) == cudaSuccess, 10);
+  cudaIpcMemHandle_t h{};
+  CHILD_CHECK(cudaIpcGetMemHandle(&h, p) == cudaSuccess, 11);
+  to.send(h);
+  return 0;
+}
+
 } // namespace
 
 TEST_CASE("cudaHostRegister: the caller's memory, mapped for kernels at its own address; CUDA's errors for misuse") {
@@ -738,10 +748,7 @@ TEST_CASE("process: memory its exporter freed faults in the process that still m
   channel to_importer, to_exporter;
   const int exporter = in_child([&] {
     void* p = nullptr;
-    CHILD_CHECK(cudaMalloc(&p, 4096) == cudaSuccess, 10);
-    cudaIpcMemHandle_t h{};
-    CHILD_CHECK(cudaIpcGetMemHandle(&h, p) == cudaSuccess, 11);
-    to_importer.send(h);
+    if (const int failed = export_block(p, to_importer)) return failed;
     CHILD_CHECK(to_exporter.recv<int>() == 1, 12); // the importer has it mapped
     CHILD_CHECK(cudaFree(p) == cudaSuccess, 13);   // freed first: undefined in CUDA, a fault here
     to_importer.send(cudaIpcMemHandle_t{});
@@ -769,11 +776,7 @@ TEST_CASE("process: a handle whose exporter has exited cannot be opened") {
   channel ch;
   const int exporter = in_child([&] {
     void* p = nullptr;
-    CHILD_CHECK(cudaMalloc(&p, 4096) == cudaSuccess, 10);
-    cudaIpcMemHandle_t h{};
-    CHILD_CHECK(cudaIpcGetMemHandle(&h, p) == cudaSuccess, 11);
-    ch.send(h);
-    return 0;
+    return export_block(p, ch);
   });
   REQUIRE(wait_child(exporter) == 0);
   const int importer = in_child([&] {
