@@ -142,22 +142,33 @@ def short_name(demangled):
     return s.replace(" >", ">")
 
 
+def sections(out, header):
+    """cuobjdump's listing `out` cut at the lines `header` matches: (group 1 of the header, the lines
+    up to the next header) for each, in order; the lines before the first header are left out."""
+    name, lines = None, []
+    for line in out.splitlines():
+        m = header.match(line)
+        if m:
+            if name is not None:
+                yield name, lines
+            name, lines = m.group(1), []
+        elif name is not None:
+            lines.append(line)
+    if name is not None:
+        yield name, lines
+
+
 # ---- cuobjdump -res-usage -----------------------------------------------------------------------------
 RES_FN = re.compile(r"^\s*Function (\S+):\s*$")
 RES_KV = re.compile(r"(\w+(?:\[\d+\])?):(\d+)")
 
 
 def resources(tools, obj):
-    out = run([os.path.join(tools, "cuobjdump"), "-res-usage", obj])
-    res, cur = {}, None
-    for line in out.splitlines():
-        m = RES_FN.match(line)
-        if m:
-            cur = m.group(1)
-            continue
-        if cur and "REG:" in line:
-            res[cur] = {k: int(v) for k, v in RES_KV.findall(line)}
-            cur = None
+    res = {}
+    for fn, lines in sections(run([os.path.join(tools, "cuobjdump"), "-res-usage", obj]), RES_FN):
+        usage = next((line for line in lines if "REG:" in line), None)
+        if usage is not None:
+            res[fn] = {k: int(v) for k, v in RES_KV.findall(usage)}
     return res
 
 
@@ -314,29 +325,23 @@ PTX_PARAM = re.compile(r"^\.param\s+(?:\.align\s+\d+\s+)?\.([busf])(\d+)\s+\S+?(
 
 def ptx_entries(tools, obj):
     """Each entry's PTX instructions, and the bytes of its parameters (entry -> (ops, param bytes))."""
-    out = run([os.path.join(tools, "cuobjdump"), "-ptx", obj])
-    entries, params, cur, name = {}, {}, None, None
-    for line in out.splitlines():
-        m = PTX_ENTRY.match(line)
-        if m:
-            name = m.group(1)
-            cur = entries.setdefault(name, [])
-            params[name] = 0
-            continue
-        if cur is None:
-            continue
-        s = line.strip()
-        pm = PTX_PARAM.match(s)
-        if pm:
-            params[name] += int(pm.group(2)) // 8 * (int(pm.group(3)) if pm.group(3) else 1)
-            continue
-        if not s or s.startswith("//") or s.startswith("."):
-            continue
-        if s.startswith("@"):
-            s = s.split(None, 1)[1] if " " in s else ""
-        op = s.split(None, 1)[0] if s else ""
-        if op and op[0].isalpha():
-            cur.append(op.rstrip(";"))
+    entries, params = {}, {}
+    for entry, lines in sections(run([os.path.join(tools, "cuobjdump"), "-ptx", obj]), PTX_ENTRY):
+        ops = entries.setdefault(entry, [])
+        params.setdefault(entry, 0)
+        for line in lines:
+            s = line.strip()
+            pm = PTX_PARAM.match(s)
+            if pm:
+                params[entry] += int(pm.group(2)) // 8 * (int(pm.group(3)) if pm.group(3) else 1)
+                continue
+            if not s or s.startswith("//") or s.startswith("."):
+                continue
+            if s.startswith("@"):
+                s = s.split(None, 1)[1] if " " in s else ""
+            op = s.split(None, 1)[0] if s else ""
+            if op and op[0].isalpha():
+                ops.append(op.rstrip(";"))
     return entries, params
 
 
