@@ -21,22 +21,33 @@ namespace braid {
 
 enum class op_kind : std::uint8_t { sum, prod, min, max, avg, custom };
 
+namespace detail {
+struct op_name {
+  op_kind k;
+  std::string_view n;
+};
+// Every operator kind's name; parse_op reads those of the built-in ones (all but custom).
+inline constexpr op_name op_names[] = {{op_kind::sum, "sum"}, {op_kind::prod, "prod"}, {op_kind::min, "min"},
+                                       {op_kind::max, "max"}, {op_kind::avg, "avg"},   {op_kind::custom, "custom"}};
+} // namespace detail
+
 constexpr std::string_view name(op_kind k) noexcept {
-  switch (k) {
-  case op_kind::sum: return "sum";
-  case op_kind::prod: return "prod";
-  case op_kind::min: return "min";
-  case op_kind::max: return "max";
-  case op_kind::avg: return "avg";
-  case op_kind::custom: return "custom";
-  }
+  for (const detail::op_name& o : detail::op_names)
+    if (o.k == k) return o.n;
   return "?";
 }
+namespace detail {
+constexpr bool every_op_kind_named() noexcept {
+  for (int k = 0; k <= int(op_kind::custom); ++k)
+    if (name(op_kind(k)) == "?") return false;
+  return true;
+}
+static_assert(every_op_kind_named(), "every op_kind has a name in detail::op_names");
+} // namespace detail
 
 constexpr bool parse_op(std::string_view s, op_kind& out) noexcept {
-  constexpr op_kind all[] = {op_kind::sum, op_kind::prod, op_kind::min, op_kind::max, op_kind::avg};
-  for (op_kind k : all)
-    if (name(k) == s) { out = k; return true; }
+  for (const detail::op_name& o : detail::op_names)
+    if (o.k != op_kind::custom && o.n == s) { out = o.k; return true; }
   return false;
 }
 

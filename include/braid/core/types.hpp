@@ -25,41 +25,43 @@ inline constexpr dtype all_dtypes[] = {dtype::int8,    dtype::uint8,    dtype::i
                                        dtype::float16, dtype::bfloat16, dtype::float32, dtype::float64,
                                        dtype::fp8_e4m3, dtype::fp8_e5m2};
 
+namespace detail {
+struct dtype_name {
+  std::string_view n;
+  dtype t;
+};
+// The names of the element types: nccl-tests' -d names and a few aliases. A type's first name here is
+// the one name() gives it.
+inline constexpr dtype_name dtype_names[] = {
+    {"int8", dtype::int8},       {"char", dtype::int8},        {"uint8", dtype::uint8},
+    {"int16", dtype::int16},     {"uint16", dtype::uint16},    {"int32", dtype::int32},
+    {"int", dtype::int32},       {"uint32", dtype::uint32},    {"int64", dtype::int64},
+    {"uint64", dtype::uint64},   {"half", dtype::float16},     {"float16", dtype::float16},
+    {"fp16", dtype::float16},    {"bfloat16", dtype::bfloat16}, {"bf16", dtype::bfloat16},
+    {"float", dtype::float32},   {"float32", dtype::float32},  {"fp32", dtype::float32},
+    {"double", dtype::float64},  {"float64", dtype::float64},  {"fp64", dtype::float64},
+    {"f8e4m3", dtype::fp8_e4m3}, {"fp8_e4m3", dtype::fp8_e4m3}, {"f8e5m2", dtype::fp8_e5m2},
+    {"fp8_e5m2", dtype::fp8_e5m2}};
+} // namespace detail
+
 constexpr std::string_view name(dtype t) noexcept {
-  switch (t) {
-  case dtype::int8: return "int8";
-  case dtype::uint8: return "uint8";
-  case dtype::int16: return "int16";
-  case dtype::uint16: return "uint16";
-  case dtype::int32: return "int32";
-  case dtype::uint32: return "uint32";
-  case dtype::int64: return "int64";
-  case dtype::uint64: return "uint64";
-  case dtype::float16: return "half";
-  case dtype::bfloat16: return "bfloat16";
-  case dtype::float32: return "float";
-  case dtype::float64: return "double";
-  case dtype::fp8_e4m3: return "f8e4m3";
-  case dtype::fp8_e5m2: return "f8e5m2";
-  case dtype::custom: return "custom";
-  }
+  if (t == dtype::custom) return "custom";
+  for (const detail::dtype_name& a : detail::dtype_names)
+    if (a.t == t) return a.n;
   return "?";
 }
+namespace detail {
+constexpr bool every_dtype_named() noexcept {
+  for (dtype t : all_dtypes)
+    if (name(t) == "?") return false;
+  return true;
+}
+static_assert(every_dtype_named(), "every dtype has a name in detail::dtype_names");
+} // namespace detail
 
 // Parses nccl-tests' names (and a few aliases); returns false for an unknown name.
 constexpr bool parse_dtype(std::string_view s, dtype& out) noexcept {
-  struct alias { std::string_view n; dtype t; };
-  constexpr alias table[] = {
-      {"int8", dtype::int8},       {"char", dtype::int8},        {"uint8", dtype::uint8},
-      {"int16", dtype::int16},     {"uint16", dtype::uint16},    {"int32", dtype::int32},
-      {"int", dtype::int32},       {"uint32", dtype::uint32},    {"int64", dtype::int64},
-      {"uint64", dtype::uint64},   {"half", dtype::float16},     {"float16", dtype::float16},
-      {"fp16", dtype::float16},    {"bfloat16", dtype::bfloat16}, {"bf16", dtype::bfloat16},
-      {"float", dtype::float32},   {"float32", dtype::float32},  {"fp32", dtype::float32},
-      {"double", dtype::float64},  {"float64", dtype::float64},  {"fp64", dtype::float64},
-      {"f8e4m3", dtype::fp8_e4m3}, {"fp8_e4m3", dtype::fp8_e4m3}, {"f8e5m2", dtype::fp8_e5m2},
-      {"fp8_e5m2", dtype::fp8_e5m2}};
-  for (const auto& a : table)
+  for (const detail::dtype_name& a : detail::dtype_names)
     if (a.n == s) { out = a.t; return true; }
   return false;
 }
