@@ -58,47 +58,36 @@ static_assert(float(std::numeric_limits<braid::fp8_e5m2>::max()) == 57344.0f);
 
 // ---------------------------------------------------------------- the formats, as the tests see them
 
+// ieee: an all-ones exponent is infinity or NaN (else only S.1111.111 is special: NaN). saturating:
+// overflow gives the largest finite value (else infinity). inf: +infinity's encoding, where there is
+// one; nan: the NaN a conversion produces (the fp8 formats; 0 where the tests do not use it).
+struct format {
+  const char* name;
+  int exp_bits, man_bits;
+  bool ieee, saturating;
+  std::uint32_t max_finite, inf = 0, nan = 0;
+};
 template <class T>
-struct spec;
+constexpr format spec{};
 template <>
-struct spec<braid::half> {
-  static constexpr const char* name = "half";
-  static constexpr int exp_bits = 5, man_bits = 10;
-  static constexpr bool ieee = true;        // all-ones exponent: inf / NaN
-  static constexpr bool saturating = false; // overflow: infinity
-  static constexpr std::uint32_t max_finite = 0x7bff, inf = 0x7c00;
-};
+constexpr format spec<braid::half>{.name = "half", .exp_bits = 5, .man_bits = 10, .ieee = true, .saturating = false,
+                                   .max_finite = 0x7bff, .inf = 0x7c00};
 template <>
-struct spec<braid::bfloat16> {
-  static constexpr const char* name = "bfloat16";
-  static constexpr int exp_bits = 8, man_bits = 7;
-  static constexpr bool ieee = true;
-  static constexpr bool saturating = false;
-  static constexpr std::uint32_t max_finite = 0x7f7f, inf = 0x7f80;
-};
+constexpr format spec<braid::bfloat16>{.name = "bfloat16", .exp_bits = 8, .man_bits = 7, .ieee = true, .saturating = false,
+                                       .max_finite = 0x7f7f, .inf = 0x7f80};
 template <>
-struct spec<braid::fp8_e4m3> {
-  static constexpr const char* name = "fp8_e4m3";
-  static constexpr int exp_bits = 4, man_bits = 3;
-  static constexpr bool ieee = false; // only S.1111.111 is special (NaN)
-  static constexpr bool saturating = true;
-  static constexpr std::uint32_t max_finite = 0x7e, nan = 0x7f;
-};
+constexpr format spec<braid::fp8_e4m3>{.name = "fp8_e4m3", .exp_bits = 4, .man_bits = 3, .ieee = false, .saturating = true,
+                                       .max_finite = 0x7e, .nan = 0x7f};
 template <>
-struct spec<braid::fp8_e5m2> {
-  static constexpr const char* name = "fp8_e5m2";
-  static constexpr int exp_bits = 5, man_bits = 2;
-  static constexpr bool ieee = true;
-  static constexpr bool saturating = true;
-  static constexpr std::uint32_t max_finite = 0x7b, inf = 0x7c, nan = 0x7e;
-};
+constexpr format spec<braid::fp8_e5m2>{.name = "fp8_e5m2", .exp_bits = 5, .man_bits = 2, .ieee = true, .saturating = true,
+                                       .max_finite = 0x7b, .inf = 0x7c, .nan = 0x7e};
 
 template <class T>
-constexpr int total_bits = 1 + spec<T>::exp_bits + spec<T>::man_bits;
+constexpr int total_bits = 1 + spec<T>.exp_bits + spec<T>.man_bits;
 template <class T>
 constexpr std::uint32_t sign_bit = 1u << (total_bits<T> - 1);
 template <class T>
-constexpr int bias = (1 << (spec<T>::exp_bits - 1)) - 1;
+constexpr int bias = (1 << (spec<T>.exp_bits - 1)) - 1;
 
 template <class T>
 T make(std::uint32_t bits) {
@@ -107,10 +96,10 @@ T make(std::uint32_t bits) {
 
 template <class T>
 bool ref_is_nan(std::uint32_t bits) {
-  using S = spec<T>;
+  constexpr format S = spec<T>;
   const std::uint32_t mag = bits & (sign_bit<T> - 1);
-  if constexpr (S::ieee) {
-    return (mag >> S::man_bits) == (1u << S::exp_bits) - 1 && (mag & ((1u << S::man_bits) - 1)) != 0;
+  if constexpr (S.ieee) {
+    return (mag >> S.man_bits) == (1u << S.exp_bits) - 1 && (mag & ((1u << S.man_bits) - 1)) != 0;
   } else {
     return mag == sign_bit<T> - 1;
   }
@@ -119,20 +108,20 @@ bool ref_is_nan(std::uint32_t bits) {
 // The value of an encoding, computed with std::ldexp.
 template <class T>
 double ref_decode(std::uint32_t bits) {
-  using S = spec<T>;
+  constexpr format S = spec<T>;
   const bool neg = (bits & sign_bit<T>) != 0;
   const std::uint32_t mag = bits & (sign_bit<T> - 1);
-  const int ef = int(mag >> S::man_bits);
-  const int m = int(mag & ((1u << S::man_bits) - 1));
+  const int ef = int(mag >> S.man_bits);
+  const int m = int(mag & ((1u << S.man_bits) - 1));
   double v = 0;
   if (ref_is_nan<T>(bits)) {
     v = std::numeric_limits<double>::quiet_NaN();
-  } else if (S::ieee && ef == (1 << S::exp_bits) - 1) {
+  } else if (S.ieee && ef == (1 << S.exp_bits) - 1) {
     v = std::numeric_limits<double>::infinity();
   } else if (ef == 0) {
-    v = std::ldexp(double(m), 1 - bias<T> - S::man_bits);
+    v = std::ldexp(double(m), 1 - bias<T> - S.man_bits);
   } else {
-    v = std::ldexp(double((1 << S::man_bits) + m), ef - bias<T> - S::man_bits);
+    v = std::ldexp(double((1 << S.man_bits) + m), ef - bias<T> - S.man_bits);
   }
   return neg ? -v : v;
 }
@@ -144,9 +133,9 @@ template <class T>
 const std::vector<double>& magnitudes() {
   static const std::vector<double> table = [] {
     std::vector<double> t;
-    for (std::uint32_t b = 0; b <= spec<T>::max_finite; ++b) t.push_back(ref_decode<T>(b));
-    if (!spec<T>::saturating) {
-      t.push_back(std::ldexp(1.0, int(spec<T>::max_finite >> spec<T>::man_bits) - bias<T> + 1));
+    for (std::uint32_t b = 0; b <= spec<T>.max_finite; ++b) t.push_back(ref_decode<T>(b));
+    if (!spec<T>.saturating) {
+      t.push_back(std::ldexp(1.0, int(spec<T>.max_finite >> spec<T>.man_bits) - bias<T> + 1));
     }
     return t;
   }();
@@ -156,15 +145,15 @@ const std::vector<double>& magnitudes() {
 // The encoding braid must produce for x; for NaN, any NaN of the right sign is accepted (checked apart).
 template <class T>
 std::uint32_t ref_encode(double x) {
-  using S = spec<T>;
+  constexpr format S = spec<T>;
   const std::uint32_t sign = std::signbit(x) ? sign_bit<T> : 0u;
   const double a = std::fabs(x);
   const auto& t = magnitudes<T>();
-  if constexpr (S::saturating) {
-    if (std::isinf(a) || a >= t.back()) return sign | S::max_finite;
+  if constexpr (S.saturating) {
+    if (std::isinf(a) || a >= t.back()) return sign | S.max_finite;
   } else {
-    static_assert(S::inf == S::max_finite + 1);
-    if (std::isinf(a) || a >= t.back()) return sign | S::inf;
+    static_assert(S.inf == S.max_finite + 1);
+    if (std::isinf(a) || a >= t.back()) return sign | S.inf;
   }
   // t[hi - 1] <= a < t[hi]
   const auto hi = std::size_t(std::upper_bound(t.begin(), t.end(), a) - t.begin());
@@ -222,9 +211,9 @@ void check_encode(tally& tl, Src x) {
     const bool sign_ok = ((got & sign_bit<T>) != 0) == std::signbit(x);
     bool form_ok = ref_is_nan<T>(got);
     if constexpr (is_fp8<T>) {
-      form_ok = (got & (sign_bit<T> - 1)) == spec<T>::nan; // the one NaN a conversion produces
+      form_ok = (got & (sign_bit<T> - 1)) == spec<T>.nan; // the one NaN a conversion produces
     } else {
-      form_ok = form_ok && ((got >> (spec<T>::man_bits - 1)) & 1u) != 0; // quiet
+      form_ok = form_ok && ((got >> (spec<T>.man_bits - 1)) & 1u) != 0; // quiet
     }
     if (!sign_ok || !form_ok) tl.fail(describe(x, got, 0));
     return;
@@ -242,9 +231,9 @@ std::vector<float> float_samples() {
   std::mt19937 rng(20240611u);
   for (int i = 0; i < 500000; ++i) s.push_back(std::bit_cast<float>(std::uint32_t(rng())));
   // A grid of 2^(man_bits + 6) points per binade over the format's exponent range and a little beyond.
-  const int emin = 1 - bias<T> - spec<T>::man_bits - 2;
-  const int emax = int(spec<T>::max_finite >> spec<T>::man_bits) - bias<T> + 3;
-  const int steps = 1 << (spec<T>::man_bits + 6);
+  const int emin = 1 - bias<T> - spec<T>.man_bits - 2;
+  const int emax = int(spec<T>.max_finite >> spec<T>.man_bits) - bias<T> + 3;
+  const int steps = 1 << (spec<T>.man_bits + 6);
   for (int e = emin; e <= emax; ++e) {
     for (int j = 0; j < steps; ++j) {
       const auto f = float(std::ldexp(1.0 + double(j) / steps, e));
@@ -253,14 +242,14 @@ std::vector<float> float_samples() {
     }
   }
   // Uniform random floats across the finite range and a bit past it.
-  const double top = 2 * ref_decode<T>(spec<T>::max_finite);
+  const double top = 2 * ref_decode<T>(spec<T>.max_finite);
   std::uniform_real_distribution<double> uni(-top, top);
   for (int i = 0; i < 200000; ++i) s.push_back(float(uni(rng)));
   // Midpoints of adjacent values (and of max and the overflow threshold) and one float ulp either side;
   // the values themselves.
   const auto& t = magnitudes<T>();
   std::size_t inexact_midpoints = 0;
-  for (std::size_t i = 0; i + 1 < t.size() + (spec<T>::saturating ? 1 : 0); ++i) {
+  for (std::size_t i = 0; i + 1 < t.size() + (spec<T>.saturating ? 1 : 0); ++i) {
     const double next = i + 1 < t.size() ? t[i + 1] : 2 * t[i] - t[i - 1]; // saturating: max + ulp
     const auto mid = float((t[i] + next) / 2);
     if (double(mid) != (t[i] + next) / 2) ++inexact_midpoints;
@@ -304,22 +293,22 @@ TEST_CASE_TEMPLATE("float types: every encoding decodes exactly and re-encodes t
       decode_tl.fail(describe(f, b, std::bit_cast<std::uint32_t>(float(want))));
     }
     // A saturating conversion takes an infinity to the largest finite value of the same sign.
-    const std::uint32_t expect = (spec<T>::saturating && std::isinf(want))
-                                     ? (b & sign_bit<T>) | spec<T>::max_finite
+    const std::uint32_t expect = (spec<T>.saturating && std::isinf(want))
+                                     ? (b & sign_bit<T>) | spec<T>.max_finite
                                      : b;
     const std::uint32_t back = T(f).bits;
     if (back != expect) round_trip.fail(describe(f, back, expect));
     ++round_trip.checked; // and through double
     if (T(double(f)).bits != expect) round_trip.fail(describe(double(f), T(double(f)).bits, expect));
   }
-  decode_tl.report(spec<T>::name);
-  round_trip.report(spec<T>::name);
+  decode_tl.report(spec<T>.name);
+  round_trip.report(spec<T>.name);
 }
 
 TEST_CASE_TEMPLATE("float types: float -> T matches the reference (round to nearest even)", T, BRAID_FLOAT_TYPES) {
   tally tl;
   for (float f : float_samples<T>()) check_encode<T>(tl, f);
-  tl.report(spec<T>::name);
+  tl.report(spec<T>.name);
 }
 
 TEST_CASE_TEMPLATE("float types: double -> T rounds once, not via float", T, BRAID_FLOAT_TYPES) {
@@ -342,7 +331,7 @@ TEST_CASE_TEMPLATE("float types: double -> T rounds once, not via float", T, BRA
                    std::numeric_limits<double>::max(), -std::numeric_limits<double>::max()}) {
     check_encode<T>(tl, d);
   }
-  tl.report(spec<T>::name);
+  tl.report(spec<T>.name);
 }
 
 TEST_CASE("half and bfloat16: overflow to infinity, signed zero, NaN") {
@@ -388,36 +377,43 @@ TEST_CASE("fp8: saturation, signed zero, NaN") {
   constexpr float nan = std::numeric_limits<float>::quiet_NaN();
   using e4 = braid::fp8_e4m3;
   using e5 = braid::fp8_e5m2;
-  CHECK(e4(448.0f).bits == 0x7e);
-  CHECK(e4(464.0f).bits == 0x7e); // tie: even, and saturation
-  CHECK(e4(480.0f).bits == 0x7e);
-  CHECK(e4(1e9f).bits == 0x7e);
-  CHECK(e4(-1e9f).bits == 0xfe);
-  CHECK(e4(inf).bits == 0x7e);
-  CHECK(e4(-inf).bits == 0xfe);
-  CHECK(e4(nan).bits == 0x7f);
-  CHECK(e4(-nan).bits == 0xff);
-  CHECK(e4(-0.0f).bits == 0x80);
-  CHECK(e4(0x1p-9f).bits == 0x01);  // smallest subnormal
-  CHECK(e4(0x1p-10f).bits == 0x00); // tie with 0: even
-  CHECK(e4(-0x1p-11f).bits == 0x80);
-  CHECK(e4(0x1.8p-9f).bits == 0x02); // tie between 1 and 2 units: even
+  // {value, its encoding}
+  const std::pair<float, unsigned> e4_encodings[] = {
+      {448.0f, 0x7e},
+      {464.0f, 0x7e}, // tie: even, and saturation
+      {480.0f, 0x7e},
+      {1e9f, 0x7e},
+      {-1e9f, 0xfe},
+      {inf, 0x7e},
+      {-inf, 0xfe},
+      {nan, 0x7f},
+      {-nan, 0xff},
+      {-0.0f, 0x80},
+      {0x1p-9f, 0x01},  // smallest subnormal
+      {0x1p-10f, 0x00}, // tie with 0: even
+      {-0x1p-11f, 0x80},
+      {0x1.8p-9f, 0x02}, // tie between 1 and 2 units: even
+  };
+  for (const auto& [x, bits] : e4_encodings) CHECK_MESSAGE(e4(x).bits == bits, "e4m3(" << x << ")");
   CHECK(float(e4::from_bits(0x7e)) == 448.0f);
   CHECK(float(e4::from_bits(0x78)) == 256.0f); // S.1111.000 is a number, not infinity
   CHECK(std::isnan(float(e4::from_bits(0x7f))));
   CHECK(std::isnan(float(e4::from_bits(0xff))));
 
-  CHECK(e5(57344.0f).bits == 0x7b);
-  CHECK(e5(61440.0f).bits == 0x7b); // tie with max (odd): rounds up, saturates
-  CHECK(e5(1e9f).bits == 0x7b);
-  CHECK(e5(-1e9f).bits == 0xfb);
-  CHECK(e5(inf).bits == 0x7b);
-  CHECK(e5(-inf).bits == 0xfb);
-  CHECK(e5(nan).bits == 0x7e);
-  CHECK(e5(-nan).bits == 0xfe);
-  CHECK(e5(-0.0f).bits == 0x80);
-  CHECK(e5(0x1p-16f).bits == 0x01);
-  CHECK(e5(0x1p-17f).bits == 0x00);
+  const std::pair<float, unsigned> e5_encodings[] = {
+      {57344.0f, 0x7b},
+      {61440.0f, 0x7b}, // tie with max (odd): rounds up, saturates
+      {1e9f, 0x7b},
+      {-1e9f, 0xfb},
+      {inf, 0x7b},
+      {-inf, 0xfb},
+      {nan, 0x7e},
+      {-nan, 0xfe},
+      {-0.0f, 0x80},
+      {0x1p-16f, 0x01},
+      {0x1p-17f, 0x00},
+  };
+  for (const auto& [x, bits] : e5_encodings) CHECK_MESSAGE(e5(x).bits == bits, "e5m2(" << x << ")");
   CHECK(std::isinf(float(e5::from_bits(0x7c))));
   CHECK(std::isnan(float(e5::from_bits(0x7d))));
 
@@ -467,10 +463,10 @@ TEST_CASE_TEMPLATE("float types: arithmetic and comparisons go through float", T
 TEST_CASE_TEMPLATE("float types: numeric_limits agree with the encodings", T, BRAID_FLOAT_TYPES) {
   using L = std::numeric_limits<T>;
   static_assert(L::is_specialized && L::is_signed && !L::is_integer && !L::is_exact && L::radix == 2);
-  CHECK(L::digits == spec<T>::man_bits + 1);
-  CHECK(L::has_infinity == (spec<T>::ieee));
+  CHECK(L::digits == spec<T>.man_bits + 1);
+  CHECK(L::has_infinity == (spec<T>.ieee));
   CHECK(L::has_quiet_NaN);
-  CHECK(float(L::max()) == float(ref_decode<T>(spec<T>::max_finite)));
+  CHECK(float(L::max()) == float(ref_decode<T>(spec<T>.max_finite)));
   CHECK(float(L::lowest()) == -float(L::max()));
   CHECK(float(L::min()) == std::ldexp(1.0f, L::min_exponent - 1));
   CHECK(float(L::denorm_min()) == std::ldexp(1.0f, L::min_exponent - L::digits));
@@ -479,7 +475,7 @@ TEST_CASE_TEMPLATE("float types: numeric_limits agree with the encodings", T, BR
   CHECK(float(L::epsilon()) == float(make<T>(T(1.0f).bits + 1u)) - 1.0f);
   CHECK(float(L::round_error()) == 0.5f);
   CHECK(std::isnan(float(L::quiet_NaN())));
-  if constexpr (spec<T>::ieee) CHECK(L::infinity().bits == spec<T>::inf);
+  if constexpr (spec<T>.ieee) CHECK(L::infinity().bits == spec<T>.inf);
   if (L::has_infinity) {
     CHECK(std::isinf(float(L::infinity())));
     CHECK(float(L::infinity()) > 0);
