@@ -96,16 +96,13 @@ void run_schedule(rank_context& cx, const braid::detail::call_record& call, cons
         const chunk_span sp = schedule::chunk_at(coll, len, P, c, unit);
         if (sp.count == 0) continue;
         for (int i = 0; i < ns; ++i) {
-          const schedule::source s = st.source_at(i);
-          if (s.reg == schedule::region::win) {
-            ptrs[i] = slot(s.rank, h, 1 + s.phase, c, sp);
-          } else if (s.rank == r) {
-            ptrs[i] = in + map.in_off(c, sp, base);
-          } else {
-            const std::uint64_t d = cx.seg.rank(s.rank).in_desc[h];
-            ptrs[i] = d ? reinterpret_cast<const T*>(cx.resolve_input(s.rank, d)) + map.in_off(c, sp, base)
-                        : slot(s.rank, h, 0, c, sp);
-          }
+          ptrs[i] = map.source_at(
+              st.source_at(i), in, c, sp, base,
+              [&](int q, int region, std::uint32_t ch, const chunk_span& x) { return slot(q, h, region, ch, x); },
+              [&](int q) -> const T* {
+                const std::uint64_t d = cx.seg.rank(q).in_desc[h];
+                return d ? reinterpret_cast<const T*>(cx.resolve_input(q, d)) : nullptr;
+              });
         }
         T* w = st.win >= 0 && st.win < nph ? slot(r, h, 1 + st.win, c, sp) : nullptr;
         T* o = st.out && map.out_covers(c) ? out + map.out_off(c, sp, base) : nullptr;

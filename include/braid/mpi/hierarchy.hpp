@@ -115,11 +115,19 @@ protected:
     if (check_.pending()) check_.exchange(hc_, ctx(), [&](const std::string& m) { stage().on_mismatch(m); });
   }
 
+  // A call that moves nothing, or whose layout has one host (`local`, the stage's own collective, then
+  // serves it whole): true when nothing is left for the hierarchy.
+  template <class F> bool served_locally(std::size_t count, F&& local) {
+    if (count == 0) return true;
+    if (hc_.layout.hosts != 1) return false;
+    local();
+    return true;
+  }
+
   template <class T, class Op> void do_all_reduce(const T* in, T* out, std::size_t count, const Op& op) {
+    if (served_locally(count, [&] { stage().local_all_reduce(in, out, count, op); })) return;
     const host_layout& L = hc_.layout;
     Stage& st = stage();
-    if (count == 0) return;
-    if (L.hosts == 1) return st.local_all_reduce(in, out, count, op);
     const without_finalize<Op, T> part{op};
     if (!L.uniform) {
       const bool leader = L.local_rank == 0;
@@ -193,10 +201,9 @@ protected:
   }
 
   template <class T, class Op> void do_reduce_scatter(const T* in, T* out, std::size_t rc, const Op& op) {
+    if (served_locally(rc, [&] { stage().local_reduce_scatter(in, out, rc, op); })) return;
     const host_layout& L = hc_.layout;
     Stage& st = stage();
-    if (rc == 0) return;
-    if (L.hosts == 1) return st.local_reduce_scatter(in, out, rc, op);
     const without_finalize<Op, T> part{op};
     const std::size_t H = static_cast<std::size_t>(L.hosts), N = static_cast<std::size_t>(L.size);
     if (L.uniform) {
@@ -250,10 +257,9 @@ protected:
   }
 
   template <class T> void do_all_gather(const T* in, T* out, std::size_t sc) {
+    if (served_locally(sc, [&] { stage().local_all_gather(in, out, sc); })) return;
     const host_layout& L = hc_.layout;
     Stage& st = stage();
-    if (sc == 0) return;
-    if (L.hosts == 1) return st.local_all_gather(in, out, sc);
     const std::size_t H = static_cast<std::size_t>(L.hosts), N = static_cast<std::size_t>(L.size);
     if (L.uniform) {
       const std::size_t n = static_cast<std::size_t>(L.local_size), l = static_cast<std::size_t>(L.local_rank);
@@ -301,10 +307,9 @@ protected:
   }
 
   template <class T> void do_broadcast(const T* in, T* out, std::size_t count, int root) {
+    if (served_locally(count, [&] { stage().local_broadcast(in, out, count, root); })) return;
     const host_layout& L = hc_.layout;
     Stage& st = stage();
-    if (count == 0) return;
-    if (L.hosts == 1) return st.local_broadcast(in, out, count, root);
     const int rh = L.host_of[static_cast<std::size_t>(root)], rl = L.local_of[static_cast<std::size_t>(root)];
     const std::size_t bytes = count * sizeof(T);
     if (L.uniform) {

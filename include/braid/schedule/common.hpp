@@ -306,6 +306,19 @@ template <class T> struct chunk_map {
     std::byte* h = half + static_cast<std::uint64_t>(region) * region_bytes;
     return reinterpret_cast<T*>(h) + (blocked(coll) ? c * cap : 0) + s.begin;
   }
+  // Where source `s` of chunk c (span `sp`, in a round starting at element `base`) lies for this rank,
+  // whose input is `in`: a window of the source's rank, this rank's input, or a peer's input, read in
+  // place where the peer published it (`peer_input(rank)` non-null: its input's start) and from its
+  // staged copy (region 0) otherwise. `half_slot(rank, region, c, sp)` is a slot of a rank's half of
+  // this round. Written once for every executor (the host's, the CUDA kernel).
+  template <class HalfSlot, class PeerInput>
+  BRAID_HD const T* source_at(const source& s, const T* in, std::uint32_t c, const chunk_span& sp, std::uint64_t base,
+                              HalfSlot&& half_slot, PeerInput&& peer_input) const {
+    if (s.reg == region::win) return half_slot(s.rank, 1 + s.phase, c, sp);
+    if (s.rank == rank) return in + in_off(c, sp, base);
+    const T* p = peer_input(s.rank);
+    return p ? p + in_off(c, sp, base) : half_slot(s.rank, 0, c, sp);
+  }
 };
 
 } // namespace braid::schedule

@@ -343,18 +343,15 @@ BRAID_KERNEL_BOUNDED(512) void collective_kernel(launch_args a, Op op) {
         // block-shared memory: no per-thread array (local memory), one in_desc load per peer and block.
         BRAID_SHARED const T* srcs[64];
         for (int i = static_cast<int>(thread); i < ns && i < 64; i += static_cast<int>(device::block_size())) {
-          const schedule::source s = st.source_at(i);
-          if (s.reg == schedule::region::win) {
-            srcs[i] = slot(s.rank, h, 1 + s.phase, c, sp);
-          } else if (s.rank == r) {
-            srcs[i] = in + map.in_off(c, sp, base);
-          } else {
-            // Written by s.rank before it posted step 0 of round R, which this block acquired (one
-            // thread per source) before the block barrier above; a relaxed system-scope load through
-            // the peer mapping.
-            const u64 d = sys_u64(ranks[s.rank].in_desc[h]).load(device::memory_order::relaxed);
-            srcs[i] = d ? reinterpret_cast<const T*>(d) + map.in_off(c, sp, base) : slot(s.rank, h, 0, c, sp);
-          }
+          srcs[i] = map.source_at(
+              st.source_at(i), in, c, sp, base,
+              [&](int q, int region, std::uint32_t ch, const chunk_span& x) { return slot(q, h, region, ch, x); },
+              [&](int q) {
+                // Written by q before it posted step 0 of round R, which this block acquired (one thread
+                // per source) before the block barrier above; a relaxed system-scope load through the
+                // peer mapping.
+                return reinterpret_cast<const T*>(sys_u64(ranks[q].in_desc[h]).load(device::memory_order::relaxed));
+              });
         }
         device::sync_block();
         reduce_copy<T, Op, collective_unroll<T, Op>>(srcs, ns, o ? o : w, o ? w : nullptr, sp.count, op, st.final, n, tid,
