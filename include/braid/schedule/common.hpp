@@ -311,6 +311,7 @@ template <class T> struct chunk_map {
   // place where the peer published it (`peer_input(rank)` non-null: its input's start) and from its
   // staged copy (region 0) otherwise. `half_slot(rank, region, c, sp)` is a slot of a rank's half of
   // this round. Written once for every executor (the host's, the CUDA kernel).
+  BRAID_HD_CALLS_ANY
   template <class HalfSlot, class PeerInput>
   BRAID_HD const T* source_at(const source& s, const T* in, std::uint32_t c, const chunk_span& sp, std::uint64_t base,
                               HalfSlot&& half_slot, PeerInput&& peer_input) const {
