@@ -792,7 +792,7 @@ int main(int argc, char** argv) {
   int want_hosts = -1, want_uniform = -1;
   bool expect_error = false, quick = false;
   std::size_t large = 100003, chunk_bytes = std::size_t{4} << 20;
-  std::string want_path, mismatch;
+  std::string want_path, mismatch, local_algo;
   unsigned watchdog = 90;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -804,6 +804,7 @@ int main(int argc, char** argv) {
     else if (a == "--chunk-bytes" && i + 1 < argc) chunk_bytes = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--local-path" && i + 1 < argc) want_path = argv[++i];
     else if (a == "--mismatch" && i + 1 < argc) mismatch = argv[++i];
+    else if (a == "--local-algo" && i + 1 < argc) local_algo = argv[++i];
     else if (a == "--mismatch-watchdog" && i + 1 < argc) watchdog = static_cast<unsigned>(std::atoi(argv[++i]));
     else {
       if (world_rank == 0) std::fprintf(stderr, "usage: test_mpi [--hosts H] [--uniform 0|1] [--expect-error] [--quick] [--large N] [--chunk-bytes B] [--local-path device|host] [--mismatch count|count-small|collective|root|root-local|count-large|collective-large|bcast-count|root-large|all]\n");
@@ -845,6 +846,26 @@ int main(int argc, char** argv) {
       if (want_hosts >= 0 && c.hosts() != want_hosts) fail("expected " + std::to_string(want_hosts) + " hosts, got " + std::to_string(c.hosts()));
       if (want_uniform >= 0 && c.uniform() != (want_uniform != 0)) fail("host layout uniformity differs from what the launch asked for");
       if (c.size() != world_size || c.rank() != world_rank) fail("rank/size differ from MPI_COMM_WORLD's");
+#ifndef BRAID_TEST_MPI_CUDA
+      // --local-algo A (with BRAID_ALGO=A in the environment): every collective that has schedule A runs
+      // it inside each host, so the checks below replay that schedule under braid::mpi.
+      if (!local_algo.empty()) {
+        braid::algo a{};
+        if (!braid::parse_algo(local_algo, a)) fail("--local-algo: unknown algorithm " + local_algo);
+        int served = 0;
+        for (int k = 0; k < 5; ++k) {
+          const auto coll = static_cast<braid::collective>(k);
+          if (!braid::supports(a, coll)) continue;
+          ++served;
+          for (std::uint64_t bytes : {std::uint64_t{4}, std::uint64_t{4} << 20})
+            if (c.local().algorithm_for(coll, bytes) != a)
+              fail("inside the host, " + std::string(braid::name(coll)) + " of " + std::to_string(bytes) + " bytes runs " +
+                   std::string(braid::name(c.local().algorithm_for(coll, bytes))) + ", not " + local_algo + " (is BRAID_ALGO set?)");
+        }
+        if (served == 0) fail("--local-algo " + local_algo + ": no collective has that schedule");
+        if (world_rank == 0) std::printf("inside each host: %s for the %d collectives that have it\n", local_algo.c_str(), served);
+      }
+#endif
       const std::vector<std::size_t> small{0, 1, 7, 1003};
       check_type<float>(c, small);
       check_type<std::int32_t>(c, small);
