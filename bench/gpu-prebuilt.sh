@@ -10,11 +10,12 @@
 #       here (nvcc, doctest and Google Benchmark installed: scripts/deps.sh): configures
 #       build-gpu-check (Release, CUDA on, the real-GPU tests registered, NCCL_HOME used when set),
 #       builds test_gpu, test_gpu_procs, braid-bench, braid-micro and braid-gpu-sync-probe, and copies
-#       into DIR (default .gpu; keep it out of git: `echo /.gpu/ >> .git/info/exclude`) the stripped
-#       binaries, the CTest files, libbenchmark and the path they were built under. About 5 minutes on
-#       2 cores, 47 MiB. The binaries need a glibc no older than this machine's. With NCCL_HOME set (an
-#       NCCL from bench/build-nccl.sh) braid-bench gets --backend nccl and the library travels in
-#       DIR/nccl, gzipped; `run` unpacks it and names it in NCCL_HOME and LD_LIBRARY_PATH.
+#       into DIR (default .gpu, git-ignored) the stripped binaries gzipped, the CTest files, libbenchmark
+#       and the path they were built under. About 5 minutes on 2 cores; it prints the pack's size and
+#       what travels with the tracked files (at most 64 MiB may). The binaries need a glibc no older
+#       than this machine's. With NCCL_HOME set (an NCCL from bench/build-nccl.sh) braid-bench gets
+#       --backend nccl and the library travels in DIR/nccl, gzipped; `run` unpacks the binaries and
+#       NCCL, and names NCCL in NCCL_HOME and LD_LIBRARY_PATH.
 #   bench/gpu-prebuilt.sh run STEPS SECONDS [VAR=VALUE ...]
 #       there, from the repository root with DIR carried: runs gpu-check.sh with GPU_CHECK_STEPS=STEPS
 #       (test, memcheck, racecheck, bench; comma separated), at most SECONDS, VAR=VALUE in its
@@ -32,6 +33,11 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 # machine's own, e.g. a PyTorch wheel's, is never picked up). bench/gpu-plan.sh sources this file for
 # it (GPU_PREBUILT_SOURCED=1): nothing below the function runs then.
 pack_env() {
+  # The binaries travel gzipped (pack): unpacked beside their .gz once, on the first use.
+  local z
+  while IFS= read -r z; do
+    [ -e "${z%.gz}" ] || { gunzip -k "$z" && chmod +x "${z%.gz}"; } || return 1
+  done < <(find "$1/build-gpu-check" -name '*.gz' 2>/dev/null)
   export LD_LIBRARY_PATH="$1/lib:${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   if [ -f "$1/nccl/libnccl.so.2.gz" ]; then
     export NCCL_HOME=${TMPDIR:-/tmp}/braid-nccl
@@ -62,8 +68,11 @@ pack)
   (cd "$build" && find . -name CTestTestfile.cmake) | while read -r f; do
     mkdir -p "$dir/build-gpu-check/$(dirname "$f")" && cp "$build/$f" "$dir/build-gpu-check/$f"
   done
+  # Stripped and gzipped (about a quarter of their size): with NCCL and the working tree they must fit
+  # the 64 MiB that travel to a GPU machine at a time. pack_env unpacks them there.
   for b in tests/cuda/test_gpu tests/cuda/test_gpu_procs bench/braid-bench bench/braid-micro bench/braid-gpu-sync-probe; do
-    [ -x "$build/$b" ] && mkdir -p "$dir/build-gpu-check/$(dirname "$b")" && strip -o "$dir/build-gpu-check/$b" "$build/$b"
+    [ -x "$build/$b" ] && mkdir -p "$dir/build-gpu-check/$(dirname "$b")" && strip -o "$dir/build-gpu-check/$b" "$build/$b" &&
+      gzip -9 -f "$dir/build-gpu-check/$b"
   done
   lib=$(ldd "$build/bench/braid-micro" 2>/dev/null | awk '/libbenchmark/ {print $3}')
   [ -n "$lib" ] && cp -L "$lib" "$dir/lib/$(basename "$lib")"
@@ -78,7 +87,8 @@ pack)
   fi
   echo "$repo" >"$dir/root"
   echo "gpu-prebuilt: packed $(du -sh "$dir" | cut -f1) ($(du -sb "$dir" | awk '{printf "%.1f MiB", $1 / 1048576}')) into $dir" \
-    "(built under $repo, for sm_${CUDAARCHS:-90}${NCCL_HOME:+, with $(cat "$dir/nccl/version")})"
+    "(built under $repo, for sm_${CUDAARCHS:-90}${NCCL_HOME:+, with $(cat "$dir/nccl/version")});" \
+    "with the tracked files, $(( ($(du -sb "$dir" | cut -f1) + $(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)) / 1048576 )) MiB travel (at most 64)"
   ;;
 pack-train)
   dir=${2:-.gpu}
