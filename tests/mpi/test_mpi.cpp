@@ -807,7 +807,7 @@ int main(int argc, char** argv) {
     else if (a == "--local-algo" && i + 1 < argc) local_algo = argv[++i];
     else if (a == "--mismatch-watchdog" && i + 1 < argc) watchdog = static_cast<unsigned>(std::atoi(argv[++i]));
     else {
-      if (world_rank == 0) std::fprintf(stderr, "usage: test_mpi [--hosts H] [--uniform 0|1] [--expect-error] [--quick] [--large N] [--chunk-bytes B] [--local-path device|host] [--mismatch count|count-small|collective|root|root-local|count-large|collective-large|bcast-count|root-large|all]\n");
+      if (world_rank == 0) std::fprintf(stderr, "usage: test_mpi [--hosts H] [--uniform 0|1] [--expect-error] [--quick] [--large N] [--chunk-bytes B] [--local-path device|host] [--local-algo ALGO (with BRAID_ALGO=ALGO)] [--mismatch count|count-small|collective|root|root-local|count-large|collective-large|bcast-count|root-large|all]\n");
       MPI_Finalize();
       return 2;
     }
