@@ -50,14 +50,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <cstring>
 #include <exception>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <thread>
 #include <string>
 #include <utility>
 #include <vector>
@@ -77,7 +75,6 @@ namespace enqueue {
 struct deferred_join {
   std::shared_ptr<device_set> set;
   std::shared_ptr<pending_call> call;
-  int local = 0;
   cudaStream_t stream = nullptr;
   int rank = 0;
   std::shared_ptr<void> keep; // the group's state, alive until the join
@@ -218,8 +215,7 @@ inline void one_round_when_unstaged(pending_call& c) {
 }
 
 // Which call of its rank `c` is, for a record of the group's error.
-inline cuda::device::call_id call_of(const pending_call& c, int local) {
-  (void)local;
+inline cuda::device::call_id call_of(const pending_call& c) {
   return {static_cast<int>(c.args.coll), c.args.seq};
 }
 
@@ -277,7 +273,7 @@ inline void group_end() {
       j.call->failure_code = errc::invalid_usage;
       j.set->calls.erase(j.call->seq);
       enqueue::give_back_locked(*j.set, *j.call);
-      enqueue::stop_group(*j.set, j.rank, static_cast<unsigned>(errc::invalid_usage), enqueue::call_of(*j.call, j.local));
+      enqueue::stop_group(*j.set, j.rank, static_cast<unsigned>(errc::invalid_usage), enqueue::call_of(*j.call));
       j.set->cv.notify_all();
       if (first.empty()) first = j.call->failure, code = errc::invalid_usage, first_rank = j.rank;
       continue;
@@ -456,7 +452,7 @@ inline void arrive(const std::shared_ptr<void>& keep, const std::shared_ptr<devi
     return; // launched on this rank's stream
   }
   if (in_bracket) {
-    bracket().joins.push_back(deferred_join{dsp, c, local, stream, rank, keep});
+    bracket().joins.push_back(deferred_join{dsp, c, stream, rank, keep});
     return;
   }
   // Wait for the other ranks of this GPU, from their threads. A thread that drives them too would
